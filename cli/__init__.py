@@ -1,0 +1,1 @@
+"""The ``corpora`` command-line application (click)."""

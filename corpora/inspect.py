@@ -1,0 +1,123 @@
+"""Human-readable views of packed samples (``corpora inspect``)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from corpora.manifest import MANIFEST
+from corpora.shards import iter_tar_samples
+
+
+def _load_manifest(directory: str) -> dict[str, Any] | None:
+    path = os.path.join(directory, MANIFEST)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def find_sample(path: str, index: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Sample number ``index`` of a build directory (counting across its
+    shards in order) or of one shard file, and the build's manifest."""
+    if os.path.isdir(path):
+        manifest = _load_manifest(path)
+        if manifest is None:
+            raise ValueError(f"no {MANIFEST} in {path}")
+        shard_paths = [os.path.join(path, s["path"]) for s in manifest["shards"]]
+    elif os.path.isfile(path):
+        manifest = _load_manifest(os.path.dirname(os.path.abspath(path)))
+        shard_paths = [path]
+    else:
+        raise ValueError(f"not found: {path}")
+    seen = 0
+    for shard in shard_paths:
+        with open(shard, "rb") as stream:
+            for sample in iter_tar_samples(stream):
+                if seen == index:
+                    sample["__shard__"] = os.path.basename(shard)
+                    return sample, manifest
+                seen += 1
+    raise IndexError(f"sample {index} out of range: {path} holds {seen} samples")
+
+
+def _decoder(manifest: dict[str, Any] | None):
+    if manifest is None:
+        return None
+    path = manifest.get("tokenizer", {}).get("path")
+    if not path or not os.path.exists(path):
+        return None
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor(model_file=path)
+    return lambda ids: processor.decode([int(i) for i in ids])
+
+
+def _image_size(data: bytes) -> str:
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return f"{image.width}x{image.height}"
+    except Exception:
+        return "undecodable"
+
+
+def describe_sample(sample: dict[str, Any], manifest: dict[str, Any] | None) -> str:
+    """The sample's segments: decoded text with ``[image k: WxH]`` where each
+    image's slot run sits, ``<s>``/``</s>`` for BOS/EOS, and the padding."""
+    ids: np.ndarray = sample["input_ids"]
+    segments: np.ndarray = sample["segment_ids"]
+    image_token = manifest["image_token_id"] if manifest else None
+    bos = manifest["bos_id"] if manifest else None
+    eos = manifest["eos_id"] if manifest else None
+    per_image = manifest["tokens_per_image"] if manifest else len(ids)
+    decode = _decoder(manifest) or (lambda run: " ".join(str(int(i)) for i in run))
+    documents = {d["segment"]: d for d in sample.get("json", {}).get("documents", [])}
+    lines = [f"sample {sample['__key__']} in {sample.get('__shard__', '?')}: "
+             f"{len(ids)} tokens, {int((segments > 0).sum())} used, {len(sample['images'])} images"]
+    image_index = 0
+    for segment in [int(s) for s in np.unique(segments) if s > 0]:
+        where = np.nonzero(segments == segment)[0]
+        run = ids[where[0]: where[-1] + 1]
+        doc = documents.get(segment, {})
+        split = f", piece {doc['piece'] + 1} of {doc['pieces']}" if doc.get("split") else ""
+        lines.append(f"── segment {segment}: {doc.get('id', '?')} ({len(run)} tokens{split})")
+        parts: list[str] = []
+        text: list[int] = []
+
+        def flush() -> None:
+            if text:
+                parts.append(decode(text))
+                text.clear()
+
+        position = 0
+        while position < len(run):
+            token = int(run[position])
+            if image_token is not None and token == image_token:
+                flush()
+                # adjacent images have adjacent slot runs: one run is tokens_per_image long
+                end = position
+                while end < len(run) and int(run[end]) == image_token and end - position < per_image:
+                    end += 1
+                data = sample["images"][image_index] if image_index < len(sample["images"]) else b""
+                parts.append(f"[image {image_index}: {_image_size(data)}, {end - position} slots]")
+                image_index += 1
+                position = end
+                continue
+            if token in (bos, eos):
+                flush()
+                parts.append("<s>" if token == bos else "</s>")
+            else:
+                text.append(token)
+            position += 1
+        flush()
+        lines.append("   " + " ".join(parts))
+    padding = int((segments == 0).sum())
+    if padding:
+        lines.append(f"── padding: {padding} tokens")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Apache Beam wiring for the ``corpora`` core: thin transforms and assembly."""
