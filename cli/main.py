@@ -44,6 +44,8 @@ def resolve_inputs(inputs: tuple[str, ...], spec: catalog.CorpusSpec) -> tuple[s
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
 
+    import pipelines.fsspec_io  # noqa: F401  (hf:// inputs)
+
     resolved = []
     for given in inputs:
         patterns = [given]
@@ -138,7 +140,7 @@ def list_corpora() -> None:
 @click.option("--max-images", type=click.IntRange(0), default=None,
               help="mmc4, mmc4-reordered: at most this many images per document (default 6, VILA; 0: no limit).")
 @click.option("--preset", type=click.Choice(["core"]), default=None,
-              help="mmc4, mmc4-reordered: core = mmc4-core (4-40 sentences, 2-15 images, 75%% of sims > 0.25).")
+              help="mmc4, mmc4-reordered: core = mmc4-core (4-40 sentences, 2-15 images, 75% of sims > 0.25).")
 @click.option("--keep-imageless", is_flag=True, default=None,
               help="mmc4, mmc4-reordered: keep documents left with no image (as text) instead of dropping them.")
 @click.option("--caption", type=click.Choice(["reference", "attribution", "alt", "best"]), default=None,
@@ -159,7 +161,7 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
     if output is None:
         output = os.path.join("corpora-out", corpus)
     if not inputs:
-        if corpus != "mmc4-pairs":
+        if not corpus.startswith("mmc4"):
             raise UsageFailure(f"--input is required for {corpus} (the bundled sample is MMC4)")
         from corpora.sample import materialize_sample
 

@@ -20,6 +20,7 @@ from corpora.catalog import CorpusSpec
 from corpora.record import Document, Drop
 from corpora.settings import BuildSettings
 from corpora.tokenize import Tokenizer, TokenizedDocument, tokenize_document
+from pipelines import fsspec_io  # noqa: F401  (registers hf:// with Beam's FileSystems)
 
 DROPPED = "dropped"
 INPUT = "input"
