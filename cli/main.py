@@ -170,6 +170,9 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
     inputs = resolve_inputs(tuple(inputs), spec)
     if "://" not in output:
         output = os.path.abspath(output)
+    known = {name for names in build_settings.CORPUS_OPTIONS.values() for name in names}
+    if set(corpus_flags) - known:  # a build option added to the decorators but not to the signature
+        raise RuntimeError(f"build options not mapped onto settings: {sorted(set(corpus_flags) - known)}")
     corpus_options = {name: value for name, value in corpus_flags.items() if value is not None}
     for name in corpus_options:
         if name not in build_settings.CORPUS_OPTIONS[corpus]:
@@ -179,9 +182,10 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
         corpus_options["languages"] = tuple(corpus_options["languages"].split(","))
     try:
         settings = build_settings.BUILDERS[corpus](
-            inputs, output, **corpus_options, tokenizer=tokenizer, seq_len=seq_len, tokens_per_image=tokens_per_image,
+            inputs, output, tokenizer=tokenizer, seq_len=seq_len, tokens_per_image=tokens_per_image,
             image_token_id=image_token_id, pad_id=pad_id, samples_per_shard=samples_per_shard,
             pack_groups=pack_groups,
+            **corpus_options,
         )
         settings = settings.replace(fetch=dataclasses.replace(
             settings.fetch, image_size=image_size, resize_mode=resize_mode, allow_private_urls=allow_private_urls))

@@ -58,8 +58,8 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
     drops = [read.dropped]
     docs = read.docs
     if spec.metadata_filter is not None:  # cheap, before any download
-        filtered = docs | "Filter" >> beam.ParDo(t.ApplyStage(spec.metadata_filter, settings, "filter")).with_outputs(
-            t.DROPPED, main="docs")
+        filtered = docs | "Filter" >> beam.ParDo(
+            t.ApplyStage(spec.metadata_filter, settings, "filter")).with_outputs(t.DROPPED, main="docs")
         docs, drops = filtered.docs, drops + [filtered.dropped]
     fetched = (
         docs
@@ -69,8 +69,8 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
     )
     docs, drops = fetched.docs, drops + [fetched.dropped]
     if spec.layout is not None:
-        laid_out = docs | "Layout" >> beam.ParDo(t.ApplyStage(spec.layout, settings, "layout")).with_outputs(
-            t.DROPPED, main="docs")
+        laid_out = docs | "Layout" >> beam.ParDo(
+            t.ApplyStage(spec.layout, settings, "layout")).with_outputs(t.DROPPED, main="docs")
         docs, drops = laid_out.docs, drops + [laid_out.dropped]
     packed = (
         docs
