@@ -240,3 +240,21 @@ def test_wit_file_without_wit_header_exits_2(tmp_path):
     result = run_cli("build", "wit", "--input", path, "--output", str(tmp_path / "out"))
     assert result.returncode == 2
     assert result.stderr.strip() == f"corpora: {path}: not a WIT file: missing column 'page_title'"
+
+
+def test_mmc4_reassign_repairs_documents_and_keep_imageless_keeps_text(mmc4_input, tmp_path, tokenizer_path):
+    output = str(tmp_path / "out")
+    manifest = build("mmc4", [mmc4_input], output, tokenizer_path, "--reassign", "--keep-imageless")
+    found = check_shards(manifest, output)
+    assert manifest["funnel"] == {
+        "unit": "document", "input": 10, "kept": 6,
+        "dropped": {"empty_text_list": 1, "no_images": 1, "bad_json": 1, "not_utf8": 1}}
+    assert manifest["settings"]["corpus_options"]["reassign"] is True
+    # upstream matched both images to sentence 0; the linear assignment gives [1, 0]
+    s = fixtures.SENTENCES
+    ids, entry = document_tokens(found, url="https://example.org/corrupted")
+    assert ids.tolist() == expected_ids(manifest, tokenizer_path, [1, s[0], 0, s[1], s[2]])
+    assert entry["meta"]["matched_sims"] == [0.3, 0.27] and entry["meta"]["reassigned"] is True
+    # the document whose only image 404s is kept as text
+    ids, entry = document_tokens(found, url="https://example.org/all-gone")
+    assert ids.tolist() == expected_ids(manifest, tokenizer_path, s[:2]) and entry["images"] == []
