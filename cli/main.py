@@ -199,6 +199,8 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
     derived = settings.derived()
     click.echo(f"Building {corpus} → {output} with {runner} ({workers} workers)")
     click.echo("  " + ", ".join(f"{k}={v}" for k, v in derived.items()))
+    if settings.corpus_options:
+        click.echo("  " + ", ".join(f"{k}={v}" for k, v in settings.corpus_options.items()))
 
     from pipelines.build import run_build
 
