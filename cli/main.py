@@ -44,6 +44,8 @@ def resolve_inputs(inputs: tuple[str, ...], spec: catalog.CorpusSpec) -> tuple[s
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
 
+    import pipelines.fsspec_io  # noqa: F401  (hf:// inputs)
+
     resolved = []
     for given in inputs:
         patterns = [given]
@@ -65,6 +67,23 @@ def resolve_inputs(inputs: tuple[str, ...], spec: catalog.CorpusSpec) -> tuple[s
                 raise UsageFailure(f"cannot read input {path}: {str(exc).splitlines()[0]}") from None
         resolved += patterns
     return tuple(resolved)
+
+
+def check_inputs(settings, spec: catalog.CorpusSpec) -> None:
+    """Run the corpus's input check on every input file (a COYO parquet must
+    have the columns the build reads): exit 2 naming the file."""
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    from corpora.io import InputError
+
+    for pattern in settings.inputs:
+        for match in FileSystems.match([pattern])[0].metadata_list:
+            with FileSystems.open(match.path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+                try:
+                    spec.check_input(stream, match.path, settings)
+                except InputError as exc:
+                    raise UsageFailure(str(exc)) from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -106,9 +125,33 @@ def list_corpora() -> None:
 @click.option("--allow-private-urls", is_flag=True,
               help="Fetch from loopback, private and link-local addresses (refused by default).")
 @click.option("--smoke", is_flag=True, help="Laptop-sized settings: seq_len 256, 16 tokens per image, 64 px.")
+@click.option("--min-clip-sim", type=float, default=None,
+              help="coyo: keep rows with clip_similarity_vitb32 + clip_similarity_vitl14 at least this "
+                   "(default 0.6, VILA's COYO-25M; 0 turns it off).")
+@click.option("--max-nsfw", type=float, default=None, help="coyo: drop rows where either NSFW score is above this.")
+@click.option("--min-size", type=click.IntRange(0), default=None,
+              help="coyo: drop rows whose upstream width or height is below this.")
+@click.option("--max-aspect-ratio", type=float, default=None,
+              help="coyo: drop rows whose upstream longer/shorter side is above this.")
+@click.option("--reassign", is_flag=True, default=None,
+              help="mmc4*: recompute matched_text_index/matched_sim from similarity_matrix (linear assignment).")
+@click.option("--min-sim", type=float, default=None,
+              help="mmc4, mmc4-reordered: remove images whose matched_sim is below this (OpenFlamingo: 0.24).")
+@click.option("--max-images", type=click.IntRange(0), default=None,
+              help="mmc4, mmc4-reordered: at most this many images per document (default 6, VILA; 0: no limit).")
+@click.option("--preset", type=click.Choice(["core"]), default=None,
+              help="mmc4, mmc4-reordered: core = mmc4-core (4-40 sentences, 2-15 images, 75% of sims > 0.25).")
+@click.option("--keep-imageless", is_flag=True, default=None,
+              help="mmc4, mmc4-reordered: keep documents left with no image (as text) instead of dropping them.")
+@click.option("--caption", type=click.Choice(["reference", "attribution", "alt", "best"]), default=None,
+              help="wit: which caption (default reference; best = first non-empty of reference, alt, attribution).")
+@click.option("--languages", default=None, help="wit: comma-separated language codes to keep, e.g. en,de.")
+@click.option("--with-context", is_flag=True, default=None,
+              help="wit: put page_title and context_section_description before the caption.")
 @click.argument("beam_args", nargs=-1, type=click.UNPROCESSED)
 def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_token_id, pad_id, image_size,
-          resize_mode, samples_per_shard, pack_groups, workers, runner, allow_private_urls, smoke, beam_args):
+          resize_mode, samples_per_shard, pack_groups, workers, runner, allow_private_urls, smoke, beam_args,
+          **corpus_flags):
     """Build CORPUS into WebDataset shards plus manifest.json.
 
     Beam pipeline options go after `--`, e.g. `-- --direct_running_mode=multi_threading`.
@@ -118,7 +161,7 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
     if output is None:
         output = os.path.join("corpora-out", corpus)
     if not inputs:
-        if corpus != "mmc4-pairs":
+        if not corpus.startswith("mmc4"):
             raise UsageFailure(f"--input is required for {corpus} (the bundled sample is MMC4)")
         from corpora.sample import materialize_sample
 
@@ -127,11 +170,22 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
     inputs = resolve_inputs(tuple(inputs), spec)
     if "://" not in output:
         output = os.path.abspath(output)
+    known = {name for names in build_settings.CORPUS_OPTIONS.values() for name in names}
+    if set(corpus_flags) - known:  # a build option added to the decorators but not to the signature
+        raise RuntimeError(f"build options not mapped onto settings: {sorted(set(corpus_flags) - known)}")
+    corpus_options = {name: value for name, value in corpus_flags.items() if value is not None}
+    for name in corpus_options:
+        if name not in build_settings.CORPUS_OPTIONS[corpus]:
+            users = [c for c, names in sorted(build_settings.CORPUS_OPTIONS.items()) if name in names]
+            raise UsageFailure(f"--{name.replace('_', '-')} does not apply to {corpus} (only to {', '.join(users)})")
+    if "languages" in corpus_options:
+        corpus_options["languages"] = tuple(corpus_options["languages"].split(","))
     try:
         settings = build_settings.BUILDERS[corpus](
             inputs, output, tokenizer=tokenizer, seq_len=seq_len, tokens_per_image=tokens_per_image,
             image_token_id=image_token_id, pad_id=pad_id, samples_per_shard=samples_per_shard,
             pack_groups=pack_groups,
+            **corpus_options,
         )
         settings = settings.replace(fetch=dataclasses.replace(
             settings.fetch, image_size=image_size, resize_mode=resize_mode, allow_private_urls=allow_private_urls))
@@ -139,10 +193,14 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
             settings = build_settings.smoke(settings)
     except ValueError as exc:
         raise UsageFailure(str(exc)) from None
+    if spec.check_input is not None:
+        check_inputs(settings, spec)
     workers = workers or os.cpu_count() or 1
     derived = settings.derived()
     click.echo(f"Building {corpus} → {output} with {runner} ({workers} workers)")
     click.echo("  " + ", ".join(f"{k}={v}" for k, v in derived.items()))
+    if settings.corpus_options:
+        click.echo("  " + ", ".join(f"{k}={v}" for k, v in settings.corpus_options.items()))
 
     from pipelines.build import run_build
 

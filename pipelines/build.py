@@ -1,6 +1,6 @@
 """The per-corpus build pipeline.
 
-    read ─► fetch images ─► tokenize ─► pack (per group, in id order)
+    read ─► metadata filter ─► fetch images ─► layout ─► tokenize ─► pack (per group, in id order)
       ─► number sequences globally ─► write shards ─► manifest.json
 
 Drops from every stage are flattened and counted by reason; the manifest is
@@ -55,14 +55,25 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
         | "Files" >> fileio.ReadMatches(compression=CompressionTypes.UNCOMPRESSED)
         | "Read" >> beam.ParDo(t.ReadSource(spec, settings)).with_outputs(t.DROPPED, t.INPUT, main="docs")
     )
+    drops = [read.dropped]
+    docs = read.docs
+    if spec.metadata_filter is not None:  # cheap, before any download
+        filtered = docs | "Filter" >> beam.ParDo(
+            t.ApplyStage(spec.metadata_filter, settings, "filter")).with_outputs(t.DROPPED, main="docs")
+        docs, drops = filtered.docs, drops + [filtered.dropped]
     fetched = (
-        read.docs
+        docs
         | "Spread" >> beam.Reshuffle()
         | "Batch" >> beam.BatchElements(min_batch_size=8, max_batch_size=256)
         | "Fetch" >> beam.ParDo(t.FetchImages(spec, settings.fetch)).with_outputs(t.DROPPED, main="docs")
     )
+    docs, drops = fetched.docs, drops + [fetched.dropped]
+    if spec.layout is not None:
+        laid_out = docs | "Layout" >> beam.ParDo(
+            t.ApplyStage(spec.layout, settings, "layout")).with_outputs(t.DROPPED, main="docs")
+        docs, drops = laid_out.docs, drops + [laid_out.dropped]
     packed = (
-        fetched.docs
+        docs
         | "Tokenize" >> beam.ParDo(t.Tokenize(tokenizer))
         | "Group" >> beam.Map(lambda d, n: (stable_hash(d.id) % n, d), settings.pack_groups)
         | "ByGroup" >> beam.GroupByKey()
@@ -75,7 +86,7 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
         | "ByShard" >> beam.GroupByKey()
         | "WriteShard" >> beam.ParDo(t.WriteShard(settings))
     )
-    drops = (read.dropped, fetched.dropped) | "Drops" >> beam.Flatten()
+    drops = tuple(drops) | "Drops" >> beam.Flatten()
     return (
         pipeline
         | "Finish" >> beam.Create([None])

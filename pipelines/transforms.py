@@ -20,6 +20,7 @@ from corpora.catalog import CorpusSpec
 from corpora.record import Document, Drop
 from corpora.settings import BuildSettings
 from corpora.tokenize import Tokenizer, TokenizedDocument, tokenize_document
+from pipelines import fsspec_io  # noqa: F401  (registers hf:// with Beam's FileSystems)
 
 DROPPED = "dropped"
 INPUT = "input"
@@ -142,3 +143,16 @@ class WriteShard(beam.DoFn):
         FileSystems.rename([temporary], [final])
         Metrics.counter(NAMESPACE, "shards").inc()
         yield {"index": shard_index, "path": name, **info}
+
+
+class ApplyStage(beam.DoFn):
+    """A one-for-one core stage of (record, settings) -> record or Drop: a
+    corpus's metadata filter (before fetch) or its layout (after fetch)."""
+
+    def __init__(self, stage, settings: BuildSettings, name: str):
+        self._stage = stage
+        self._settings = settings
+        self._name = name
+
+    def process(self, doc: Document) -> Iterator:
+        yield _route(self._stage(doc, self._settings), self._name)

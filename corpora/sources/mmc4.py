@@ -64,6 +64,21 @@ def _as_float(value: Any) -> float | None:
     return float(value)
 
 
+def _as_matrix(value: Any) -> tuple[tuple[float, ...], ...] | None:
+    """A list of equal-length lists of numbers, else ``None`` (never raises)."""
+    if not isinstance(value, list) or not all(isinstance(row, list) for row in value):
+        return None
+    rows = []
+    for row in value:
+        numbers = [_as_float(v) for v in row]
+        if any(v is None for v in numbers):
+            return None
+        rows.append(tuple(numbers))
+    if len({len(row) for row in rows}) > 1:
+        return None
+    return tuple(rows)  # type: ignore[arg-type]
+
+
 def parse_line(raw: bytes, path: str, line: int) -> Mmc4Document | Drop:
     """Parse one MMC4 JSON line, or say why it cannot be used.
 
@@ -105,10 +120,7 @@ def parse_line(raw: bytes, path: str, line: int) -> Mmc4Document | Drop:
                 face_detections=info.get("face_detections"),
             )
         )
-    matrix = obj.get("similarity_matrix")
-    similarity = None
-    if isinstance(matrix, list) and all(isinstance(row, list) for row in matrix):
-        similarity = tuple(tuple(float(v) for v in row) for row in matrix)
+    similarity = _as_matrix(obj.get("similarity_matrix"))
     return Mmc4Document(
         id=document_id(path, line, url),
         url=url,
@@ -119,3 +131,31 @@ def parse_line(raw: bytes, path: str, line: int) -> Mmc4Document | Drop:
         source_file=basename(path),
         line=line,
     )
+
+
+def reassign(doc: Mmc4Document) -> Mmc4Document | Drop:
+    """``doc`` with ``matched_text_index``/``matched_sim`` recomputed from its
+    ``similarity_matrix`` (:func:`corpora.assign.assign_images`): the v1
+    release has corrupted assignments in about 10% of documents.
+
+    >>> doc = Mmc4Document("d", "http://page", ("a.", "b."),
+    ...     (Mmc4Image("http://i/1.jpg", 0, 0.1), Mmc4Image("http://i/2.jpg", 0, 0.1)),
+    ...     similarity_matrix=((0.2, 0.3), (0.1, 0.25)))
+    >>> [(i.matched_text_index, i.matched_sim) for i in reassign(doc).images]
+    [(0, 0.2), (1, 0.25)]
+    """
+    from corpora.assign import assign_images
+
+    matrix = doc.similarity_matrix
+    sentences = len(doc.text_list)
+    if matrix is None or len(matrix) != len(doc.images) or any(len(row) != sentences for row in matrix):
+        return Drop("bad_similarity_matrix", doc.id, url=doc.url,
+                    detail=f"need {len(doc.images)} x {sentences} similarities to reassign")
+    if not doc.images:
+        return doc
+    if sentences == 0:
+        return Drop("empty_text_list", doc.id, url=doc.url)
+    indices, sims = assign_images(matrix)
+    images = tuple(dataclasses.replace(image, matched_text_index=index, matched_sim=sim)
+                   for image, index, sim in zip(doc.images, indices, sims))
+    return dataclasses.replace(doc, images=images)

@@ -1,0 +1,67 @@
+"""C4 (allenai/c4): ``c4-{split}.{i:05d}-of-{n:05d}.json.gz`` JSON lines.
+
+Upstream schema, per line::
+
+    {"text": "...", "timestamp": "2019-04-25T12:57:54Z", "url": "https://..."}
+
+One line is one text-only record; its id derives from the url.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import BinaryIO, Iterator
+
+from corpora.io import basename, iter_lines
+from corpora.record import Document, Drop, TextChunk, stable_id
+
+FILE_PATTERN = "c4-*.json.gz"
+
+
+def document_id(url: str) -> str:
+    return "c4-" + stable_id(url)
+
+
+def parse_line(raw: bytes, path: str, line: int, corpus: str = "c4") -> Document | Drop:
+    """One C4 JSON line as a text-only record, or why it cannot be used.
+
+    >>> doc = parse_line(b'{"text": "Hi there.", "timestamp": "2019-04-25T12:57:54Z",'
+    ...     b' "url": "https://a.example/"}', "c4-train.00000-of-01024.json.gz", 1)
+    >>> [c.text for c in doc.chunks], doc.meta["timestamp"]
+    (['Hi there.'], '2019-04-25T12:57:54Z')
+    >>> parse_line(b'{"text": "", "url": "https://b.example/"}', "c4.json.gz", 2).reason
+    'empty_text'
+    """
+    where = f"{basename(path)}:{line}"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return Drop("not_utf8", where, detail="line is not valid UTF-8")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return Drop("bad_json", where, detail=str(exc))
+    if not isinstance(obj, dict):
+        return Drop("bad_json", where, detail="line is not a JSON object")
+    url = obj.get("url")
+    if not isinstance(url, str) or not url.strip():
+        return Drop("missing_url", where)
+    body = obj.get("text")
+    if not isinstance(body, str):
+        return Drop("missing_text", where, url=url)
+    if not body.strip():
+        return Drop("empty_text", where, url=url)
+    timestamp = obj.get("timestamp")
+    return Document(
+        id=document_id(url),
+        corpus=corpus,
+        chunks=(TextChunk(body),),
+        source_url=url,
+        meta={"timestamp": timestamp if isinstance(timestamp, str) else None,
+              "source_file": basename(path), "line": line},
+    )
+
+
+def read(stream: BinaryIO, path: str, corpus: str = "c4") -> Iterator[Document | Drop]:
+    for line, raw in iter_lines(stream, path):
+        yield parse_line(raw, path, line, corpus)

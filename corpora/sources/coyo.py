@@ -1,0 +1,153 @@
+"""COYO-700M (kakaobrain/coyo-dataset): snappy parquet, 17 columns.
+
+Upstream files are named ``part-NNNNN-<uuid>-c000.snappy.parquet`` (on the
+Hugging Face hub under ``hf://datasets/kakaobrain/coyo-700m/data/``). Files
+are read one row group batch at a time, never whole: a part is about 5 GB.
+
+One row is one ``[image, alt-text]`` record whose id is COYO's ``id``. The
+precomputed columns (CLIP similarities, NSFW scores, size) are kept in the
+record's meta so that the metadata filters (:func:`corpora.filters.coyo_filter`)
+decide before any download.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, BinaryIO, Iterable, Iterator
+
+from corpora.io import InputError, _seekable, basename
+from corpora.record import Document, Drop, ImageChunk, TextChunk
+
+FILE_PATTERN = "*.parquet"
+
+# The upstream schema: column name -> Arrow type name.
+SCHEMA = {
+    "id": "int64",
+    "url": "string",
+    "text": "string",
+    "width": "int32",
+    "height": "int32",
+    "image_phash": "string",
+    "text_length": "int32",
+    "word_count": "int32",
+    "num_tokens_bert": "int32",
+    "num_tokens_gpt": "int32",
+    "num_faces": "int32",
+    "clip_similarity_vitb32": "float",
+    "clip_similarity_vitl14": "float",
+    "nsfw_score_opennsfw2": "float",
+    "nsfw_score_gantman": "float",
+    "watermark_score": "float",
+    "aesthetic_score_laion_v2": "float",
+}
+COLUMNS = tuple(SCHEMA)
+REQUIRED = ("id", "url", "text")
+SCORES = ("clip_similarity_vitb32", "clip_similarity_vitl14", "nsfw_score_opennsfw2", "nsfw_score_gantman",
+          "watermark_score", "aesthetic_score_laion_v2")
+BATCH_ROWS = 8192
+
+
+def arrow_schema():
+    """COYO-700M's Arrow schema (int64 id, int32 counts, float32 scores)."""
+    import pyarrow as pa
+
+    return pa.schema([(name, pa.type_for_alias(kind)) for name, kind in SCHEMA.items()])
+
+
+def _open(stream: BinaryIO, path: str):
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(_seekable(stream))
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
+        raise InputError(f"{path}: not a parquet file ({str(exc).splitlines()[0]})") from None
+
+
+def check(stream: BinaryIO, path: str, required: Iterable[str] = REQUIRED) -> None:
+    """Raise :class:`InputError` naming the file and the first required column it lacks."""
+    names = set(_open(stream, path).schema_arrow.names)
+    for column in required:
+        if column not in names:
+            raise InputError(f"{path}: missing column {column!r} (COYO-700M parquet has: {', '.join(COLUMNS)})")
+
+
+def record_id(coyo_id: int) -> str:
+    return f"coyo-{coyo_id}"
+
+
+def _number(value: Any) -> float | int | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value
+
+
+def parse_row(row: dict[str, Any], where: str, corpus: str = "coyo") -> Document | Drop:
+    """One COYO row as an ``[image, alt-text]`` record, or why it cannot be used.
+
+    ``url`` and ``text`` arrive as raw bytes so that one row that is not UTF-8
+    is dropped (``not_utf8``) without failing its file.
+
+    >>> doc = parse_row({"id": 7, "url": b"https://a.example/1.jpg", "text": b"The Gate",
+    ...                  "width": 600, "height": 347, "clip_similarity_vitb32": 0.25}, "part-0.parquet:1")
+    >>> doc.id, [c.kind for c in doc.chunks], doc.chunks[1].text, doc.meta["width"]
+    ('coyo-7', ['image', 'text'], 'The Gate', 600)
+    >>> parse_row({"id": 8, "url": b"https://a.example/2.jpg", "text": b"  "}, "part-0.parquet:2").reason
+    'empty_text'
+    """
+    coyo_id = row.get("id")
+    if coyo_id is None:
+        return Drop("missing_id", where)
+    rid = record_id(coyo_id)
+    decoded = {}
+    for column in ("url", "text"):
+        raw = row.get(column)
+        if raw is None:
+            return Drop(f"missing_{column}", rid)
+        try:
+            decoded[column] = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+        except UnicodeDecodeError:
+            return Drop("not_utf8", rid, detail=f"{column} is not valid UTF-8")
+    url, text = decoded["url"].strip(), decoded["text"].strip()
+    if not url:
+        return Drop("missing_url", rid)
+    if not text:
+        return Drop("empty_text", rid, url=url)
+    meta: dict[str, Any] = {"coyo_id": coyo_id, "source": where}
+    for column in COLUMNS[3:]:
+        if column in row:
+            value = row[column]
+            meta[column] = value.decode("utf-8", "replace") if isinstance(value, bytes) else _number(value)
+    scores = {c: float(meta[c]) for c in SCORES if meta.get(c) is not None}
+    return Document(
+        id=rid, corpus=corpus,
+        chunks=(ImageChunk(url=url, scores=scores), TextChunk(text)),
+        source_url=url, meta=meta,
+    )
+
+
+def read(stream: BinaryIO, path: str, corpus: str = "coyo", required: Iterable[str] = REQUIRED,
+         batch_rows: int = BATCH_ROWS) -> Iterator[Document | Drop]:
+    """The records of one COYO parquet file, one row-group batch at a time."""
+    import pyarrow as pa
+
+    parquet = _open(stream, path)
+    names = parquet.schema_arrow.names
+    for column in required:
+        if column not in names:
+            raise InputError(f"{path}: missing column {column!r} (COYO-700M parquet has: {', '.join(COLUMNS)})")
+    columns = [c for c in COLUMNS if c in names]
+    name = basename(path)
+    row_number = 0
+    try:
+        for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
+            arrays = {}
+            for column in columns:
+                array = batch.column(column)
+                if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+                    array = array.view(pa.binary() if pa.types.is_string(array.type) else pa.large_binary())
+                arrays[column] = array.to_pylist()
+            for index in range(batch.num_rows):
+                row_number += 1
+                yield parse_row({c: arrays[c][index] for c in columns}, f"{name}:{row_number}", corpus)
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"{path}: {str(exc).splitlines()[0]}") from exc

@@ -1,0 +1,213 @@
+"""WIT (google-research-datasets/wit): ``wit_v1.*.tsv.gz``.
+
+Tab-separated, 17 columns, a header line. Fields are quoted when they hold a
+tab, a quote or a newline, and ``context_*`` fields can be very long, so the
+csv module's field size limit is raised. Booleans are the strings ``true`` and
+``false``: a bare ``bool(str)`` would make both true, so they are parsed
+strictly and a row with any other value is dropped (``bad_boolean``).
+
+One row is one ``[image, caption]`` record (``--with-context`` puts the page
+title and the section's context before the caption); its id derives from
+``image_url`` and ``page_url``. The caption is chosen here, before any
+download, so that a row with no usable caption never costs a fetch.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import BinaryIO, Iterator, Mapping, Sequence
+
+from corpora.io import InputError, basename, decompressed
+from corpora.record import Document, Drop, ImageChunk, TextChunk, stable_id
+
+FILE_PATTERN = "wit_v1.*.tsv.gz"
+
+COLUMNS = (
+    "language", "page_url", "image_url", "page_title", "section_title", "hierarchical_section_title",
+    "caption_reference_description", "caption_attribution_description", "caption_alt_text_description",
+    "mime_type", "original_height", "original_width", "is_main_image", "attribution_passes_lang_id",
+    "page_changed_recently", "context_page_description", "context_section_description",
+)
+BOOLEAN_COLUMNS = ("is_main_image", "attribution_passes_lang_id", "page_changed_recently")
+INTEGER_COLUMNS = ("original_height", "original_width")
+
+CAPTIONS = {
+    "reference": ("caption_reference_description",),
+    "attribution": ("caption_attribution_description",),
+    "alt": ("caption_alt_text_description",),
+    # the first non-empty of the three, in this order
+    "best": ("caption_reference_description", "caption_alt_text_description", "caption_attribution_description"),
+}
+_FIELD_SIZE_LIMIT = 2**31 - 1
+
+
+class BadValue(ValueError):
+    pass
+
+
+def parse_bool(value: str) -> bool:
+    """WIT's booleans: exactly ``true`` or ``false``.
+
+    >>> parse_bool("true"), parse_bool("false")
+    (True, False)
+    >>> for text in ("False", "1", ""):
+    ...     try:
+    ...         parse_bool(text)
+    ...     except BadValue as exc:
+    ...         print(exc)
+    not a WIT boolean (true/false): 'False'
+    not a WIT boolean (true/false): '1'
+    not a WIT boolean (true/false): ''
+    """
+    if value == "true":
+        return True
+    if value == "false":
+        return False
+    raise BadValue(f"not a WIT boolean (true/false): {value!r}")
+
+
+def choose_caption(row: Mapping[str, str], caption: str) -> tuple[str, str] | None:
+    """``(column, text)`` of the caption ``caption`` picks, or ``None`` when
+    that caption is empty.
+
+    >>> row = {"caption_reference_description": "", "caption_alt_text_description": "A bat",
+    ...        "caption_attribution_description": "English: Lesser bulldog bat"}
+    >>> choose_caption(row, "best")
+    ('caption_alt_text_description', 'A bat')
+    >>> choose_caption(row, "reference") is None
+    True
+    """
+    try:
+        columns = CAPTIONS[caption]
+    except KeyError:
+        raise ValueError(f"unknown caption {caption!r}; one of {', '.join(CAPTIONS)}") from None
+    for column in columns:
+        text = (row.get(column) or "").strip()
+        if text:
+            return column, text
+    return None
+
+
+def record_id(image_url: str, page_url: str) -> str:
+    return "wit-" + stable_id(image_url, page_url)
+
+
+def _has_surrogates(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def parse_row(values: Sequence[str], where: str, caption: str = "reference", with_context: bool = False,
+              corpus: str = "wit") -> Document | Drop:
+    """One WIT row (the 17 fields, in header order) as an ``[image, caption]``
+    record, or why it cannot be used. Fields hold lone surrogates where the
+    file had bytes that are not UTF-8 (see :func:`read`)."""
+    if len(values) != len(COLUMNS):
+        return Drop("wrong_column_count", where, detail=f"{len(values)} fields, expected {len(COLUMNS)}")
+    if any(_has_surrogates(v) for v in values):
+        return Drop("not_utf8", where, detail="row holds bytes that are not UTF-8")
+    row = dict(zip(COLUMNS, values))
+    image_url = row["image_url"].strip()
+    if not image_url:
+        return Drop("missing_url", where)
+    try:
+        booleans = {column: parse_bool(row[column]) for column in BOOLEAN_COLUMNS}
+    except BadValue as exc:
+        return Drop("bad_boolean", where, detail=str(exc), url=image_url)
+    integers = {}
+    for column in INTEGER_COLUMNS:
+        text = row[column].strip()
+        if text and not text.isdigit():
+            return Drop("bad_integer", where, detail=f"{column}={text!r}", url=image_url)
+        integers[column] = int(text) if text else None
+    chosen = choose_caption(row, caption)
+    if chosen is None:
+        return Drop("empty_caption", where, detail=f"no {caption} caption", url=image_url)
+    column, text = chosen
+    texts = []
+    if with_context:
+        texts = [row[c].strip() for c in ("page_title", "context_section_description") if row[c].strip()]
+    texts.append(text)
+    page_url = row["page_url"].strip()
+    return Document(
+        id=record_id(image_url, page_url),
+        corpus=corpus,
+        chunks=(ImageChunk(url=image_url, meta={"mime_type": row["mime_type"] or None}),
+                *(TextChunk(t) for t in texts)),
+        source_url=page_url or None,
+        meta={
+            "language": row["language"],
+            "page_title": row["page_title"],
+            "section_title": row["section_title"] or None,
+            "caption_column": column,
+            **integers,
+            **booleans,
+            "source": where,
+        },
+    )
+
+
+def column_order(header: list[str] | None, path: str) -> list[int] | None:
+    """Where each of WIT's columns sits in ``header`` (``None``: in order);
+    raises :class:`InputError` naming the file when the header is not WIT's."""
+    if header is None:
+        raise InputError(f"{path}: empty file, expected a WIT header")
+    if header == list(COLUMNS):
+        return None
+    missing = [c for c in COLUMNS if c not in header]
+    if missing:
+        raise InputError(f"{path}: not a WIT file: missing column {missing[0]!r}")
+    if len(header) != len(COLUMNS):
+        raise InputError(f"{path}: not a WIT file: {len(header)} columns in the header, expected 17")
+    return [header.index(c) for c in COLUMNS]
+
+
+def check(stream: BinaryIO, path: str) -> None:
+    """Raise :class:`InputError` naming the file unless it starts with WIT's header."""
+    _prepare_csv()
+    text = io.TextIOWrapper(decompressed(stream, path), encoding="utf-8", errors="replace", newline="")
+    try:
+        column_order(next(csv.reader(text, delimiter="\t"), None), path)
+    except (OSError, EOFError, csv.Error) as exc:
+        raise InputError(f"{path}: {exc}") from exc
+
+
+def _prepare_csv() -> None:
+    if csv.field_size_limit() < _FIELD_SIZE_LIMIT:
+        csv.field_size_limit(_FIELD_SIZE_LIMIT)
+
+
+def read(stream: BinaryIO, path: str, caption: str = "reference", with_context: bool = False,
+         corpus: str = "wit") -> Iterator[Document | Drop]:
+    """The records of one WIT file.
+
+    Bytes that are not UTF-8 are kept as lone surrogates while the row is
+    split, so that only the row holding them is dropped (``not_utf8``).
+    """
+    _prepare_csv()
+    text = io.TextIOWrapper(decompressed(stream, path), encoding="utf-8", errors="surrogateescape",
+                            newline="")
+    reader = csv.reader(text, delimiter="\t")
+    name = basename(path)
+    try:
+        order = column_order(next(reader, None), path)
+        while True:
+            line = reader.line_num + 1
+            try:
+                values = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as exc:
+                yield Drop("bad_row", f"{name}:{line}", detail=str(exc))
+                continue
+            if not any(v.strip() for v in values):
+                continue
+            if order is not None and len(values) == len(COLUMNS):
+                values = [values[i] for i in order]
+            yield parse_row(values, f"{name}:{line}", caption, with_context, corpus)
+    except (OSError, EOFError) as exc:
+        raise InputError(f"{path}: {exc}") from exc

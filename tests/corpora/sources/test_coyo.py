@@ -1,0 +1,73 @@
+import io
+
+import pyarrow.parquet as pq
+import pytest
+
+from corpora.io import InputError
+from corpora.record import Document, Drop
+from corpora.sources import coyo
+from tests import fixtures
+
+
+@pytest.fixture
+def parquet(tmp_path):
+    return fixtures.write_coyo_parquet(str(tmp_path / "part-00000-17a6ab47-c000.snappy.parquet"),
+                                       fixtures.coyo_rows(), row_group_size=4)
+
+
+def test_fixture_has_the_upstream_schema(parquet):
+    schema = pq.ParquetFile(parquet).schema_arrow
+    assert [(f.name, str(f.type)) for f in schema] == [
+        ("id", "int64"), ("url", "string"), ("text", "string"), ("width", "int32"), ("height", "int32"),
+        ("image_phash", "string"), ("text_length", "int32"), ("word_count", "int32"),
+        ("num_tokens_bert", "int32"), ("num_tokens_gpt", "int32"), ("num_faces", "int32"),
+        ("clip_similarity_vitb32", "float"), ("clip_similarity_vitl14", "float"),
+        ("nsfw_score_opennsfw2", "float"), ("nsfw_score_gantman", "float"), ("watermark_score", "float"),
+        ("aesthetic_score_laion_v2", "float"),
+    ]
+    assert pq.ParquetFile(parquet).metadata.num_row_groups == 5
+
+
+def test_real_rows_become_image_alt_text_records(parquet):
+    with open(parquet, "rb") as stream:
+        results = list(coyo.read(stream, parquet, batch_rows=3))
+    assert len(results) == 20  # one result per row, across row groups and batches
+    real = fixtures.coyo_preview_rows()
+    docs = [r for r in results if isinstance(r, Document)][:7]
+    assert [d.id for d in docs] == [f"coyo-{row['id']}" for row in real]
+    first = docs[0]
+    assert first.chunks[0].url == real[0]["url"] and first.chunks[1].text == real[0]["text"]
+    assert first.meta["width"] == 600 and first.meta["image_phash"] == "bac58374982e0fc7"
+    assert first.meta["clip_similarity_vitb32"] == pytest.approx(0.319336, rel=1e-6)  # float32
+    assert first.chunks[0].scores["aesthetic_score_laion_v2"] == pytest.approx(7.04812, rel=1e-6)
+    assert first.meta["source"] == "part-00000-17a6ab47-c000.snappy.parquet:1"
+
+
+def test_bad_rows_are_dropped_each_with_its_reason(parquet):
+    with open(parquet, "rb") as stream:
+        drops = [(r.reason, r.record_id) for r in coyo.read(stream, parquet) if isinstance(r, Drop)]
+    assert drops == [
+        ("missing_url", "coyo-9000000000007"), ("missing_url", "coyo-9000000000008"),
+        ("missing_text", "coyo-9000000000009"), ("empty_text", "coyo-9000000000010"),
+        ("not_utf8", "coyo-9000000000011"), ("missing_id", "part-00000-17a6ab47-c000.snappy.parquet:19"),
+    ]
+
+
+def test_missing_required_column_names_file_and_column(tmp_path):
+    path = fixtures.write_coyo_parquet(str(tmp_path / "part-1.parquet"), fixtures.coyo_rows(), drop_columns=("text",))
+    with open(path, "rb") as stream, pytest.raises(InputError, match=r"part-1.parquet: missing column 'text'"):
+        coyo.check(stream, path)
+    with open(path, "rb") as stream, pytest.raises(InputError, match="missing column 'text'"):
+        list(coyo.read(stream, path))
+    # only the columns that are there are read; a filter column is required only when asked for
+    path = fixtures.write_coyo_parquet(str(tmp_path / "part-2.parquet"), fixtures.coyo_rows(),
+                                       drop_columns=("width", "height"))
+    with open(path, "rb") as stream:
+        coyo.check(stream, path)
+    with open(path, "rb") as stream, pytest.raises(InputError, match="missing column 'width'"):
+        coyo.check(stream, path, ("id", "url", "text", "width", "height"))
+
+
+def test_not_a_parquet_file():
+    with pytest.raises(InputError, match="x.parquet: not a parquet file"):
+        coyo.check(io.BytesIO(b"id,url,text\n"), "x.parquet")
