@@ -181,4 +181,5 @@ def test_a_corrupt_zip_fails_the_build_with_exit_1(tmp_path, tokenizer_path):
 def test_list_names_the_corpus():
     result = run_cli("list")
     assert result.returncode == 0
-    assert result.stdout.startswith("mmc4-pairs")
+    line = [l for l in result.stdout.splitlines() if l.startswith("mmc4-pairs ")]
+    assert len(line) == 1 and "VILA's pseudo-interleaved ablation" in line[0]
