@@ -1,7 +1,8 @@
 """The per-corpus build pipeline.
 
-    read ─► fetch images ─► tokenize ─► pack (per group, in id order)
-      ─► number sequences globally ─► write shards ─► manifest.json
+    read ─► fetch images ─► tokenize ─► plan packing on metadata (per group,
+      in id order) ─► join bytes back by key ─► number sequences globally
+      ─► write shards ─► manifest.json
 
 Drops from every stage are flattened and counted by reason; the manifest is
 written last, from side inputs, once every shard is complete.
@@ -17,9 +18,8 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from corpora import catalog
+from corpora import catalog, pack
 from corpora.manifest import MANIFEST, build_manifest
-from corpora.record import stable_hash
 from corpora.settings import BuildSettings
 from corpora.tokenize import Tokenizer
 from pipelines import transforms as t
@@ -61,21 +61,24 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
         | "Batch" >> beam.BatchElements(min_batch_size=8, max_batch_size=256)
         | "Fetch" >> beam.ParDo(t.FetchImages(spec, settings.fetch)).with_outputs(t.DROPPED, main="docs")
     )
+    tokenized = fetched.docs | "Tokenize" >> beam.ParDo(t.Tokenize(tokenizer))
+    keyed = tokenized | "Key" >> beam.Map(lambda d: (pack.doc_key(d), d))
+    documents = tokenized | "CountDocuments" >> beam.combiners.Count.Globally()
     packed = (
-        fetched.docs
-        | "Tokenize" >> beam.ParDo(t.Tokenize(tokenizer))
-        | "Group" >> beam.Map(lambda d, n: (stable_hash(d.id) % n, d), settings.pack_groups)
+        tokenized
+        | "PlanPieces" >> beam.Map(t.piece_refs, settings.seq_len)
+        | "Group" >> beam.Map(t.pack_group_of, beam.pvalue.AsSingleton(documents), settings.pack_groups)
         | "ByGroup" >> beam.GroupByKey()
-        | "Pack" >> beam.ParDo(t.PackGroup(settings, tokenizer.info.pad_id)).with_outputs(
-            t.COUNTS, t.KEPT, main="sequences")
+        | "Pack" >> beam.ParDo(t.PackGroup(settings)).with_outputs(t.COUNTS, t.KEPT, t.DROPPED, main="placements")
     )
     shard_infos = (
-        packed.sequences
-        | "AssignShard" >> beam.Map(t.assign_shard, beam.pvalue.AsDict(packed.counts), settings.samples_per_shard)
+        {"doc": keyed, "place": packed.placements}
+        | "JoinBytes" >> beam.CoGroupByKey()
+        | "CutPieces" >> beam.ParDo(t.CutPieces(settings.samples_per_shard), beam.pvalue.AsDict(packed.counts))
         | "ByShard" >> beam.GroupByKey()
-        | "WriteShard" >> beam.ParDo(t.WriteShard(settings))
+        | "WriteShard" >> beam.ParDo(t.WriteShard(settings, tokenizer.info.pad_id))
     )
-    drops = (read.dropped, fetched.dropped) | "Drops" >> beam.Flatten()
+    drops = (read.dropped, fetched.dropped, packed.dropped) | "Drops" >> beam.Flatten()
     return (
         pipeline
         | "Finish" >> beam.Create([None])
