@@ -142,6 +142,10 @@ def plan_document(key: str, length: int, spans: Sequence[Span], seq_len: int) ->
 
 def cut_piece(doc: TokenizedDocument, ref: PieceRef) -> Piece:
     """Materialise ``ref`` from ``doc``: its ids, its images and its ``json`` entry."""
+    if ref.count == 1:  # the whole document: no slicing, no filtering
+        entry = {**doc.provenance, "tokens": ref.length, "image_tokens": doc.image_tokens, "split": False,
+                 "piece": 0, "pieces": 1}
+        return Piece(doc.input_ids, doc.images, entry)
     in_piece = [s for s in doc.spans if s.kind == "image" and ref.start <= s.start < ref.end]
     entry = dict(doc.provenance)
     if ref.count > 1:
@@ -281,13 +285,10 @@ def pack(docs: Iterable[TokenizedDocument], seq_len: int, pad_id: int, packed: b
     held: dict[str, list] = {}  # key -> [document, pieces not yet emitted]
 
     def refs() -> Iterator[PieceRef]:
-        for doc in docs:
-            key = doc_key(doc)
+        for number, doc in enumerate(docs):
+            key = f"{doc.id}#{number:012d}"  # unique even where ids repeat; sorts by id first
             pieces = plan_document(key, doc.length, doc.spans, seq_len)
-            if key in held:
-                held[key][1] += len(pieces)
-            else:
-                held[key] = [doc, len(pieces)]
+            held[key] = [doc, len(pieces)]
             yield from pieces
 
     for bin_refs in pack_plan(refs(), seq_len, packed, buffer_size, max_open):
