@@ -180,3 +180,29 @@ def test_properties_on_random_documents(chunk_lists, seq_len, tokens_per_image, 
     # a pure function of the input: packing again gives the same arrays
     again = list(pack.pack(docs, seq_len, PAD, packed=packed, buffer_size=buffer_size, max_open=max_open))
     assert [s.input_ids.tobytes() for s in again] == [s.input_ids.tobytes() for s in sequences]
+
+
+def test_shard_format_doc_example():
+    """The worked example of docs/shard-format.md, exactly."""
+    image = ImageChunk("https://example.com/cat.jpg", data=b"jpeg", width=336, height=336, sha256="9f2c...")
+    a = TokenizedDocument(
+        "mmc4p-3f1c", "mmc4-pairs", np.array([1, 1000, 1000, 1000, 17, 18, 2], np.int32),
+        (Span("bos", 0, 1), Span("image", 1, 4, 0), Span("text", 4, 6), Span("eos", 6, 7)), (image,),
+        {"id": "mmc4p-3f1c", "corpus": "mmc4-pairs", "url": "https://example.com/page",
+         "images": [{"url": image.url, "sha256": "9f2c...", "width": 336, "height": 336}]})
+    b = TokenizedDocument(
+        "mmc4p-8a0d", "mmc4-pairs", np.array([1, 25, 26, 27, 2], np.int32),
+        (Span("bos", 0, 1), Span("text", 1, 4), Span("eos", 4, 5)), (),
+        {"id": "mmc4p-8a0d", "corpus": "mmc4-pairs", "images": []})
+    (sequence,) = pack.pack([b, a], seq_len=16, pad_id=0)
+    assert sequence.input_ids.tolist() == [1, 1000, 1000, 1000, 17, 18, 2, 1, 25, 26, 27, 2, 0, 0, 0, 0]
+    assert sequence.segment_ids.tolist() == [1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 0, 0, 0, 0]
+    assert sequence.positions.tolist() == [0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 0, 0, 0, 0]
+    assert sequence.images == (b"jpeg",)
+    assert list(sequence.documents) == [
+        {"corpus": "mmc4-pairs", "id": "mmc4p-3f1c", "image_tokens": 3,
+         "images": [{"height": 336, "sha256": "9f2c...", "url": "https://example.com/cat.jpg", "width": 336}],
+         "piece": 0, "pieces": 1, "segment": 1, "split": False, "tokens": 7, "url": "https://example.com/page"},
+        {"corpus": "mmc4-pairs", "id": "mmc4p-8a0d", "image_tokens": 0, "images": [],
+         "piece": 0, "pieces": 1, "segment": 2, "split": False, "tokens": 5},
+    ]
