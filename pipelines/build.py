@@ -18,7 +18,7 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from corpora import catalog, pack
+from corpora import catalog
 from corpora.manifest import MANIFEST, build_manifest
 from corpora.settings import BuildSettings
 from corpora.tokenize import Tokenizer
@@ -62,23 +62,9 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
         | "Fetch" >> beam.ParDo(t.FetchImages(spec, settings.fetch)).with_outputs(t.DROPPED, main="docs")
     )
     tokenized = fetched.docs | "Tokenize" >> beam.ParDo(t.Tokenize(tokenizer))
-    keyed = tokenized | "Key" >> beam.Map(lambda d: (pack.doc_key(d), d))
-    documents = tokenized | "CountDocuments" >> beam.combiners.Count.Globally()
-    packed = (
-        tokenized
-        | "PlanPieces" >> beam.Map(t.piece_refs, settings.seq_len)
-        | "Group" >> beam.Map(t.pack_group_of, beam.pvalue.AsSingleton(documents), settings.pack_groups)
-        | "ByGroup" >> beam.GroupByKey()
-        | "Pack" >> beam.ParDo(t.PackGroup(settings)).with_outputs(t.COUNTS, t.KEPT, t.DROPPED, main="placements")
-    )
-    shard_infos = (
-        {"doc": keyed, "place": packed.placements}
-        | "JoinBytes" >> beam.CoGroupByKey()
-        | "CutPieces" >> beam.ParDo(t.CutPieces(settings.samples_per_shard), beam.pvalue.AsDict(packed.counts))
-        | "ByShard" >> beam.GroupByKey()
-        | "WriteShard" >> beam.ParDo(t.WriteShard(settings, tokenizer.info.pad_id))
-    )
-    drops = (read.dropped, fetched.dropped, packed.dropped) | "Drops" >> beam.Flatten()
+    packed = tokenized | "PackSequences" >> t.PackSequences(settings, tokenizer.info.pad_id)
+    shard_infos = packed["shards"]
+    drops = (read.dropped, fetched.dropped, packed["dropped"]) | "Drops" >> beam.Flatten()
     return (
         pipeline
         | "Finish" >> beam.Create([None])
@@ -88,7 +74,7 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
             tokenizer=tokenizer,
             shard_infos=beam.pvalue.AsList(shard_infos),
             input_counts=beam.pvalue.AsSingleton(read.input | "SumInput" >> beam.CombineGlobally(sum)),
-            kept=beam.pvalue.AsSingleton(packed.kept | "SumKept" >> beam.CombineGlobally(sum)),
+            kept=beam.pvalue.AsSingleton(packed["kept"] | "SumKept" >> beam.CombineGlobally(sum)),
             dropped=beam.pvalue.AsList(_drop_counts(drops)),
         )
     )

@@ -185,3 +185,38 @@ class WriteShard(beam.DoFn):
         FileSystems.rename([temporary], [final])
         Metrics.counter(NAMESPACE, "shards").inc()
         yield {"index": shard_index, "path": name, **info}
+
+
+class PackSequences(beam.PTransform):
+    """Tokenized documents → shard infos, deterministically and without holding
+    a group's bytes: plan the packing on metadata per group (documents in key
+    order), join the bytes back by key, number sequences globally, write shards.
+
+    The result has ``shards`` (one info dict per shard written), ``kept``
+    (documents packed, per group) and ``dropped``.
+    """
+
+    def __init__(self, settings: BuildSettings, pad_id: int):
+        super().__init__()
+        self._settings = settings
+        self._pad_id = pad_id
+
+    def expand(self, tokenized):
+        settings = self._settings
+        keyed = tokenized | "Key" >> beam.Map(lambda d: (pack.doc_key(d), d))
+        documents = tokenized | "CountDocuments" >> beam.combiners.Count.Globally()
+        planned = (
+            tokenized
+            | "PlanPieces" >> beam.Map(piece_refs, settings.seq_len)
+            | "Group" >> beam.Map(pack_group_of, beam.pvalue.AsSingleton(documents), settings.pack_groups)
+            | "ByGroup" >> beam.GroupByKey()
+            | "Pack" >> beam.ParDo(PackGroup(settings)).with_outputs(COUNTS, KEPT, DROPPED, main="placements")
+        )
+        shard_infos = (
+            {"doc": keyed, "place": planned.placements}
+            | "JoinBytes" >> beam.CoGroupByKey()
+            | "CutPieces" >> beam.ParDo(CutPieces(settings.samples_per_shard), beam.pvalue.AsDict(planned.counts))
+            | "ByShard" >> beam.GroupByKey()
+            | "WriteShard" >> beam.ParDo(WriteShard(settings, self._pad_id))
+        )
+        return {"shards": shard_infos, "kept": planned[KEPT], "dropped": planned[DROPPED]}
