@@ -155,7 +155,8 @@ def bench_throughput(count: int, seq_len: int = 2048, repeats: int = 3) -> None:
                 if name == "ours":
                     tokens -= 2 * count  # BOS and EOS: count the same text tokens on both sides
                 rates[name] = tokens / min(times)
-            print(f"| {label} | {rates['bare']:,.0f} | {rates['ours']:,.0f} | {rates['ours'] / rates['bare']:.2f} |")
+            ratio = rates["ours"] / rates["bare"]
+            print(f"| {label} | {rates['bare']:,.0f} | {rates['ours']:,.0f} | {ratio:.2f} |")
 
 
 def memory_child(count: int) -> None:

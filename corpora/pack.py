@@ -245,7 +245,8 @@ class BestFitPacker:
 
 
 def pack_plan(refs: Iterable[PieceRef], seq_len: int, packed: bool = True,
-              buffer_size: int = DEFAULT_BUFFER_SIZE, max_open: int = DEFAULT_MAX_OPEN) -> Iterator[list[PieceRef]]:
+              buffer_size: int = DEFAULT_BUFFER_SIZE,
+              max_open: int = DEFAULT_MAX_OPEN) -> Iterator[list[PieceRef]]:
     """The sequences for ``refs``: best-fit packed, or one piece each when
     ``packed`` is false (the unpacked mode)."""
     if not packed:

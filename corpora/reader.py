@@ -180,7 +180,8 @@ def hf_features(manifest: dict[str, Any]):
     import datasets
 
     if not hasattr(datasets, "Json"):
-        raise ImportError(f"hf_features needs datasets>=4.1 (its Json feature); found {datasets.__version__}")
+        raise ImportError("hf_features needs a datasets release with the Json feature; "
+                          f"found {datasets.__version__}")
     seq_len = int(manifest["seq_len"])
     array = datasets.List(datasets.Value("int32"), length=seq_len)
     features = {f"{name}.npy": array for name in ARRAYS}
