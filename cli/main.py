@@ -118,8 +118,11 @@ def list_corpora() -> None:
 @click.option("--resize-mode", type=click.Choice(["no", "border", "keep_ratio", "keep_ratio_largest", "center_crop"]),
               default="center_crop", show_default=True)
 @click.option("--samples-per-shard", type=click.IntRange(1), default=1000, show_default=True)
-@click.option("--pack-groups", type=click.IntRange(1), default=1, show_default=True,
-              help="Documents are packed in this many independent groups (by id hash).")
+@click.option("--pack-groups", type=click.IntRange(1), default=None,
+              help="Documents are packed in this many independent groups (by id hash). "
+                   "Default: one per 100,000 documents.")
+@click.option("--pack/--no-pack", "pack", default=True, show_default=True,
+              help="--no-pack writes one document (or piece of one) per sample, with the same files.")
 @click.option("--workers", type=click.IntRange(1), default=None, help="DirectRunner worker processes. Default: all cores.")
 @click.option("--runner", default="DirectRunner", show_default=True)
 @click.option("--allow-private-urls", is_flag=True,
@@ -150,7 +153,7 @@ def list_corpora() -> None:
               help="wit: put page_title and context_section_description before the caption.")
 @click.argument("beam_args", nargs=-1, type=click.UNPROCESSED)
 def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_token_id, pad_id, image_size,
-          resize_mode, samples_per_shard, pack_groups, workers, runner, allow_private_urls, smoke, beam_args,
+          resize_mode, samples_per_shard, pack_groups, pack, workers, runner, allow_private_urls, smoke, beam_args,
           **corpus_flags):
     """Build CORPUS into WebDataset shards plus manifest.json.
 
@@ -184,7 +187,7 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
         settings = build_settings.BUILDERS[corpus](
             inputs, output, tokenizer=tokenizer, seq_len=seq_len, tokens_per_image=tokens_per_image,
             image_token_id=image_token_id, pad_id=pad_id, samples_per_shard=samples_per_shard,
-            pack_groups=pack_groups,
+            pack_groups=pack_groups, pack=pack,
             **corpus_options,
         )
         settings = settings.replace(fetch=dataclasses.replace(
@@ -239,6 +242,67 @@ def inspect(path, index):
     except (OSError, ValueError, IndexError) as exc:
         raise UsageFailure(str(exc)) from None
     click.echo(describe_sample(sample, manifest))
+
+
+@cli.group()
+def tokenizer() -> None:
+    """Train a SentencePiece tokenizer for builds."""
+
+
+@tokenizer.command("train")
+@click.option("--input", "inputs", multiple=True, required=True,
+              help="Corpus file, glob or URI (JSON lines with text/text_list, C4 .json.gz, MMC4 .jsonl.zip, "
+                   "or plain text). Repeatable.")
+@click.option("--vocab-size", type=click.IntRange(8), required=True, help="SimVLM trained 32000.")
+@click.option("--output", required=True, help="Path of the .model file to write.")
+@click.option("--model-type", type=click.Choice(["unigram", "bpe"]), default="unigram", show_default=True)
+@click.option("--max-sentences", type=click.IntRange(1), default=10_000_000, show_default=True,
+              help="SentencePiece samples at most this many texts.")
+def tokenizer_train(inputs, vocab_size, output, model_type, max_sentences):
+    """Train a SentencePiece model on a corpus's text."""
+    import fsspec
+
+    from corpora.io import InputError
+    from corpora.tokenize import file_sha256
+    from corpora.tokenizer_train import iter_corpus_text, train_sentencepiece
+
+    files = []
+    for given in inputs:
+        pattern = os.path.join(given, "*") if os.path.isdir(given) else given
+        try:
+            matched = [f for f in fsspec.open_files(pattern, "rb") if f.fs.isfile(f.path)]
+        except Exception as exc:
+            raise UsageFailure(f"cannot read input {given}: {str(exc).splitlines()[0]}") from None
+        if not matched:
+            raise UsageFailure(f"input not found: {given}")
+        files += matched
+    counted = {"texts": 0}
+
+    def texts():
+        for opened in files:
+            with opened as stream:
+                for text in iter_corpus_text(stream, opened.path):
+                    counted["texts"] += 1
+                    if counted["texts"] % 100_000 == 0:
+                        click.echo(f"  read {counted['texts']} texts", err=True)
+                    yield text
+
+    click.echo(f"Training a {model_type} SentencePiece model, vocab {vocab_size}, on {len(files)} file(s)")
+    try:
+        train_sentencepiece(texts(), output, vocab_size, model_type=model_type, input_sentence_size=max_sentences)
+    except InputError as exc:
+        raise UsageFailure(str(exc)) from None
+    except RuntimeError as exc:  # SentencePiece refuses: no text, vocab too small for the characters, ...
+        if counted["texts"] == 0:
+            raise UsageFailure("no text found in the inputs") from None
+        reason = str(exc).strip().splitlines()[-1].rpartition("] ")[2]
+        raise UsageFailure(f"training failed: {reason}") from None
+    except OSError as exc:
+        raise UsageFailure(f"cannot read or write: {exc}") from None
+    import sentencepiece as spm
+
+    size = spm.SentencePieceProcessor(model_file=output).get_piece_size()
+    click.echo(f"Wrote {output}: {size} pieces from {counted['texts']} texts, sha256 {file_sha256(output)}")
 
 
 def main() -> None:

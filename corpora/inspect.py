@@ -2,46 +2,40 @@
 
 from __future__ import annotations
 
-import io
-import json
 import os
 from typing import Any
 
 import numpy as np
 
+from corpora import reader
 from corpora.manifest import MANIFEST
-from corpora.shards import iter_tar_samples
 
 
 def _load_manifest(directory: str) -> dict[str, Any] | None:
-    path = os.path.join(directory, MANIFEST)
-    if not os.path.exists(path):
+    try:
+        return reader.load_manifest(directory)
+    except FileNotFoundError:
         return None
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
 
 
-def find_sample(path: str, index: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def find_sample(path: str, index: int) -> tuple[reader.Sample, dict[str, Any] | None]:
     """Sample number ``index`` of a build directory (counting across its
     shards in order) or of one shard file, and the build's manifest."""
     if os.path.isdir(path):
         manifest = _load_manifest(path)
         if manifest is None:
             raise ValueError(f"no {MANIFEST} in {path}")
-        shard_paths = [os.path.join(path, s["path"]) for s in manifest["shards"]]
+        shard_paths = reader.shard_urls(path, manifest)
     elif os.path.isfile(path):
         manifest = _load_manifest(os.path.dirname(os.path.abspath(path)))
         shard_paths = [path]
     else:
         raise ValueError(f"not found: {path}")
     seen = 0
-    for shard in shard_paths:
-        with open(shard, "rb") as stream:
-            for sample in iter_tar_samples(stream):
-                if seen == index:
-                    sample["__shard__"] = os.path.basename(shard)
-                    return sample, manifest
-                seen += 1
+    for sample in reader.iter_samples(shard_paths):
+        if seen == index:
+            return sample, manifest
+        seen += 1
     raise IndexError(f"sample {index} out of range: {path} holds {seen} samples")
 
 
@@ -57,29 +51,23 @@ def _decoder(manifest: dict[str, Any] | None):
     return lambda ids: processor.decode([int(i) for i in ids])
 
 
-def _image_size(data: bytes) -> str:
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            return f"{image.width}x{image.height}"
-    except Exception:
-        return "undecodable"
+def _image_size(image: Any) -> str:
+    return f"{image.width}x{image.height}" if image is not None else "missing"
 
 
-def describe_sample(sample: dict[str, Any], manifest: dict[str, Any] | None) -> str:
+def describe_sample(sample: reader.Sample, manifest: dict[str, Any] | None) -> str:
     """The sample's segments: decoded text with ``[image k: WxH]`` where each
     image's slot run sits, ``<s>``/``</s>`` for BOS/EOS, and the padding."""
-    ids: np.ndarray = sample["input_ids"]
-    segments: np.ndarray = sample["segment_ids"]
+    ids: np.ndarray = sample.input_ids
+    segments: np.ndarray = sample.segment_ids
     image_token = manifest["image_token_id"] if manifest else None
     bos = manifest["bos_id"] if manifest else None
     eos = manifest["eos_id"] if manifest else None
     per_image = manifest["tokens_per_image"] if manifest else len(ids)
     decode = _decoder(manifest) or (lambda run: " ".join(str(int(i)) for i in run))
-    documents = {d["segment"]: d for d in sample.get("json", {}).get("documents", [])}
-    lines = [f"sample {sample['__key__']} in {sample.get('__shard__', '?')}: "
-             f"{len(ids)} tokens, {int((segments > 0).sum())} used, {len(sample['images'])} images"]
+    documents = {d["segment"]: d for d in sample.documents}
+    lines = [f"sample {sample.key} in {os.path.basename(sample.url)}: "
+             f"{len(ids)} tokens, {sample.tokens} used, {len(sample.images)} images"]
     image_index = 0
     for segment in [int(s) for s in np.unique(segments) if s > 0]:
         where = np.nonzero(segments == segment)[0]
@@ -104,8 +92,8 @@ def describe_sample(sample: dict[str, Any], manifest: dict[str, Any] | None) -> 
                 end = position
                 while end < len(run) and int(run[end]) == image_token and end - position < per_image:
                     end += 1
-                data = sample["images"][image_index] if image_index < len(sample["images"]) else b""
-                parts.append(f"[image {image_index}: {_image_size(data)}, {end - position} slots]")
+                image = sample.images[image_index] if image_index < len(sample.images) else None
+                parts.append(f"[image {image_index}: {_image_size(image)}, {end - position} slots]")
                 image_index += 1
                 position = end
                 continue

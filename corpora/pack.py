@@ -2,46 +2,75 @@
 
 A packed sequence holds three int32 arrays of length ``seq_len``:
 
-- ``input_ids``: the documents' ids back to back, then ``pad_id``;
-- ``segment_ids``: 1, 2, … per document, 0 for padding;
-- ``positions``: 0, 1, … restarting at every document, 0 for padding.
+- ``input_ids``: the pieces' ids back to back, then ``pad_id``;
+- ``segment_ids``: 1, 2, … per piece, 0 for padding;
+- ``positions``: 0, 1, … restarting at every piece, 0 for padding.
 
-Example (``seq_len`` 8, ``pad_id`` 0) with documents A = [1, 5, 6, 2] and
-B = [1, 7, 2]::
-
-    input_ids   [1, 5, 6, 2, 1, 7, 2, 0]
-    segment_ids [1, 1, 1, 1, 2, 2, 2, 0]
-    positions   [0, 1, 2, 3, 0, 1, 2, 0]
+Packing is **best-fit decreasing over a bounded buffer**: pieces are collected
+``buffer_size`` at a time, sorted longest first (ties by document key), and each
+goes into the open sequence with the least room that still holds it, or a new
+one. After each buffer only the ``max_open`` sequences with the most room stay
+open; the others are emitted. Memory is bounded by the buffer and the open
+sequences however long the input, and the output depends only on the order
+of the input (the pipeline feeds documents in id order).
 
 A document longer than ``seq_len`` is split into pieces at chunk boundaries;
-a text chunk is cut mid-text only when it does not fit even in an empty
-sequence's remaining room, and an image's slot run is never cut. Each piece is
-its own segment with positions from 0.
+a text chunk is cut mid-text only when it does not fit in the room left in the
+piece being filled even after starting a new piece, and an image's slot run is
+never cut. The first piece keeps the document's BOS, the last its EOS;
+pieces in between have neither. Each piece is its own segment with positions
+from 0.
+
+The split and placement are planned on lightweight :class:`PieceRef` metadata
+(document key, piece bounds), so an engine can plan a group of documents
+without holding their images and join the bytes back by key.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
-from typing import Any, Iterable, Iterator
+import hashlib
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from corpora.record import ImageChunk
 from corpora.tokenize import Span, TokenizedDocument
+
+DEFAULT_BUFFER_SIZE = 10_000
+DEFAULT_MAX_OPEN = 512
+# Documents per packing group when the build does not fix the number of groups:
+# a group's plan (metadata only, ~100 bytes a document) is held by one worker.
+DOCS_PER_PACK_GROUP = 100_000
 
 
 class PackingError(ValueError):
     pass
 
 
-@dataclasses.dataclass(frozen=True)
-class Piece:
-    """A document, or one piece of a document split to fit ``seq_len``."""
+@dataclasses.dataclass(frozen=True, order=True)
+class PieceRef:
+    """Tokens ``[start, end)`` of the document ``key``: piece ``index`` of ``count``."""
 
-    doc: TokenizedDocument
-    input_ids: np.ndarray
-    image_indices: tuple[int, ...]
+    key: str
     index: int
     count: int
+    start: int
+    end: int
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """A piece cut out of a document: its ids, its images and its ``json`` entry."""
+
+    input_ids: np.ndarray
+    images: tuple[ImageChunk, ...]
+    entry: dict[str, Any]
 
     @property
     def length(self) -> int:
@@ -57,7 +86,20 @@ class PackedSequence:
     documents: tuple[dict[str, Any], ...]
 
 
-def _cut_points(spans: tuple[Span, ...], seq_len: int) -> list[int]:
+def doc_key(doc: TokenizedDocument) -> str:
+    """The document's id plus a digest of its content.
+
+    Ids are unique within a corpus by contract; the digest makes a repeated id
+    harmless: two documents with the same key are byte-identical, so either
+    can stand for the other when bytes are joined back to a plan.
+    """
+    digest = hashlib.blake2b(doc.input_ids.tobytes(), digest_size=8)
+    digest.update(repr(sorted(doc.provenance.items())).encode("utf-8"))
+    digest.update(b"".join(img.data or b"" for img in doc.images))
+    return f"{doc.id}#{digest.hexdigest()}"
+
+
+def _cut_points(spans: Sequence[Span], seq_len: int) -> list[int]:
     """Token offsets where a document longer than ``seq_len`` is cut."""
     cuts = [0]
     start = 0  # start of the piece being filled
@@ -71,7 +113,7 @@ def _cut_points(spans: tuple[Span, ...], seq_len: int) -> list[int]:
             cuts.append(start)
             continue
         # text (or bos/eos): begin a new piece at the span if the span fits there,
-        # otherwise cut the text itself wherever the room runs out.
+        # otherwise fill the current piece and cut the text where the room runs out.
         if span.start > start and span.end - span.start <= seq_len:
             start = span.start
             cuts.append(start)
@@ -82,19 +124,48 @@ def _cut_points(spans: tuple[Span, ...], seq_len: int) -> list[int]:
     return cuts
 
 
+def plan_document(key: str, length: int, spans: Sequence[Span], seq_len: int) -> list[PieceRef]:
+    """The pieces of a document of ``length`` tokens, each at most ``seq_len``.
+
+    >>> from corpora.tokenize import Span
+    >>> spans = [Span("bos", 0, 1), Span("text", 1, 5), Span("image", 5, 9, 0), Span("text", 9, 11),
+    ...          Span("eos", 11, 12)]
+    >>> [(p.start, p.end) for p in plan_document("d", 12, spans, 8)]
+    [(0, 5), (5, 12)]
+    """
+    if length <= seq_len:
+        return [PieceRef(key, 0, 1, 0, length)]
+    cuts = _cut_points(spans, seq_len) + [length]
+    count = len(cuts) - 1
+    return [PieceRef(key, i, count, start, end) for i, (start, end) in enumerate(zip(cuts, cuts[1:]))]
+
+
+def cut_piece(doc: TokenizedDocument, ref: PieceRef) -> Piece:
+    """Materialise ``ref`` from ``doc``: its ids, its images and its ``json`` entry."""
+    if ref.count == 1:  # the whole document: no slicing, no filtering
+        entry = {**doc.provenance, "tokens": ref.length, "image_tokens": doc.image_tokens, "split": False,
+                 "piece": 0, "pieces": 1}
+        return Piece(doc.input_ids, doc.images, entry)
+    in_piece = [s for s in doc.spans if s.kind == "image" and ref.start <= s.start < ref.end]
+    entry = dict(doc.provenance)
+    if ref.count > 1:
+        entry["images"] = [entry["images"][s.image_index] for s in in_piece]
+    entry.update(
+        tokens=ref.length,
+        image_tokens=sum(s.end - s.start for s in in_piece),
+        split=ref.count > 1,
+        piece=ref.index,
+        pieces=ref.count,
+    )
+    return Piece(doc.input_ids[ref.start:ref.end], tuple(doc.images[s.image_index] for s in in_piece), entry)
+
+
 def split_document(doc: TokenizedDocument, seq_len: int) -> list[Piece]:
     """The pieces of ``doc``, each at most ``seq_len`` tokens."""
-    if doc.length <= seq_len:
-        return [Piece(doc, doc.input_ids, tuple(range(len(doc.images))), 0, 1)]
-    cuts = _cut_points(doc.spans, seq_len) + [doc.length]
-    pieces = []
-    for index, (start, end) in enumerate(zip(cuts, cuts[1:])):
-        images = tuple(s.image_index for s in doc.spans if s.kind == "image" and start <= s.start < end)
-        pieces.append(Piece(doc, doc.input_ids[start:end], images, index, len(cuts) - 1))
-    return pieces
+    return [cut_piece(doc, ref) for ref in plan_document(doc.id, doc.length, doc.spans, seq_len)]
 
 
-def assemble(pieces: list[Piece], seq_len: int, pad_id: int) -> PackedSequence:
+def assemble(pieces: Sequence[Piece], seq_len: int, pad_id: int) -> PackedSequence:
     """Lay ``pieces`` out in one sequence, in the order given."""
     input_ids = np.full(seq_len, pad_id, dtype=np.int32)
     segment_ids = np.zeros(seq_len, dtype=np.int32)
@@ -110,27 +181,157 @@ def assemble(pieces: list[Piece], seq_len: int, pad_id: int) -> PackedSequence:
         segment_ids[offset:end] = segment
         positions[offset:end] = np.arange(piece.length, dtype=np.int32)
         offset = end
-        piece_images = [piece.doc.images[i] for i in piece.image_indices]
-        images.extend(img.data or b"" for img in piece_images)
-        entry = dict(piece.doc.provenance)
-        if piece.count > 1:
-            entry["images"] = [entry["images"][i] for i in piece.image_indices]
-        image_tokens = sum(s.end - s.start for s in piece.doc.spans
-                           if s.kind == "image" and s.image_index in piece.image_indices)
-        entry.update(
-            segment=segment,
-            tokens=piece.length,
-            image_tokens=image_tokens,
-            split=piece.count > 1,
-            piece=piece.index,
-            pieces=piece.count,
-        )
-        documents.append(entry)
+        images.extend(img.data or b"" for img in piece.images)
+        documents.append({**piece.entry, "segment": segment})
     return PackedSequence(input_ids, segment_ids, positions, tuple(images), tuple(documents))
 
 
+class BestFitPacker:
+    """Best-fit decreasing over a bounded buffer of pieces (see the module doc).
+
+    ``add`` and ``flush`` return the sequences that are finished, each a list
+    of :class:`PieceRef` in placement order. The result depends only on the
+    order of the pieces added.
+    """
+
+    def __init__(self, seq_len: int, buffer_size: int = DEFAULT_BUFFER_SIZE, max_open: int = DEFAULT_MAX_OPEN):
+        if buffer_size < 1 or max_open < 0:
+            raise ValueError("buffer_size must be at least 1 and max_open at least 0")
+        self.seq_len = seq_len
+        self.buffer_size = buffer_size
+        self.max_open = max_open
+        self._buffer: list[PieceRef] = []
+        self._bins: dict[int, list[PieceRef]] = {}
+        self._rooms: list[tuple[int, int]] = []  # sorted (room left, bin number) of open bins
+        self._next_bin = 0
+
+    def add(self, ref: PieceRef) -> list[list[PieceRef]]:
+        if ref.length > self.seq_len:
+            raise PackingError(f"piece of {ref.length} tokens is longer than seq_len={self.seq_len}")
+        if ref.length == 0:
+            raise PackingError(f"empty piece {ref}")
+        self._buffer.append(ref)
+        if len(self._buffer) < self.buffer_size:
+            return []
+        return self._place(final=False)
+
+    def flush(self) -> list[list[PieceRef]]:
+        return self._place(final=True)
+
+    def _place(self, final: bool) -> list[list[PieceRef]]:
+        done: list[int] = []
+        for ref in sorted(self._buffer, key=lambda r: (-r.length, r.key, r.index)):
+            where = bisect.bisect_left(self._rooms, (ref.length, -1))
+            if where < len(self._rooms):
+                room, number = self._rooms.pop(where)
+            else:
+                room, number = self.seq_len, self._next_bin
+                self._next_bin += 1
+                self._bins[number] = []
+            self._bins[number].append(ref)
+            room -= ref.length
+            if room == 0:
+                done.append(number)
+            else:
+                bisect.insort(self._rooms, (room, number))
+        self._buffer = []
+        keep = 0 if final else self.max_open
+        if len(self._rooms) > keep:
+            # the fullest bins are the least likely to take another piece
+            cut = len(self._rooms) - keep
+            done += [number for _, number in self._rooms[:cut]]
+            self._rooms = self._rooms[cut:]
+        return [self._bins.pop(number) for number in sorted(done)]
+
+
+def pack_plan(refs: Iterable[PieceRef], seq_len: int, packed: bool = True,
+              buffer_size: int = DEFAULT_BUFFER_SIZE,
+              max_open: int = DEFAULT_MAX_OPEN) -> Iterator[list[PieceRef]]:
+    """The sequences for ``refs``: best-fit packed, or one piece each when
+    ``packed`` is false (the unpacked mode)."""
+    if not packed:
+        for ref in refs:
+            if ref.length > seq_len:
+                raise PackingError(f"piece of {ref.length} tokens is longer than seq_len={seq_len}")
+            yield [ref]
+        return
+    packer = BestFitPacker(seq_len, buffer_size, max_open)
+    for ref in refs:
+        yield from packer.add(ref)
+    yield from packer.flush()
+
+
+def pack(docs: Iterable[TokenizedDocument], seq_len: int, pad_id: int, packed: bool = True,
+         buffer_size: int = DEFAULT_BUFFER_SIZE, max_open: int = DEFAULT_MAX_OPEN) -> Iterator[PackedSequence]:
+    """Pack documents into sequences, best-fit decreasing over a bounded buffer.
+
+    Example (``seq_len`` 8, ``pad_id`` 0) with documents A = [1, 5, 6, 2],
+    B = [1, 7, 7, 7, 2] and C = [1, 9, 9, 2]: B (5 tokens) opens sequence 1,
+    A and C (4 tokens each) don't fit there; A opens sequence 2 and C fills it::
+
+        >>> import numpy as np
+        >>> from corpora.tokenize import Span, TokenizedDocument
+        >>> def doc(name, ids):
+        ...     spans = (Span("bos", 0, 1), Span("text", 1, len(ids) - 1), Span("eos", len(ids) - 1, len(ids)))
+        ...     return TokenizedDocument(name, "c", np.array(ids, np.int32), spans, (), {"id": name})
+        >>> a, b, c = doc("A", [1, 5, 6, 2]), doc("B", [1, 7, 7, 7, 2]), doc("C", [1, 9, 9, 2])
+        >>> for s in pack([a, b, c], seq_len=8, pad_id=0):
+        ...     print(s.input_ids, s.segment_ids, s.positions, [d["id"] for d in s.documents])
+        [1 7 7 7 2 0 0 0] [1 1 1 1 1 0 0 0] [0 1 2 3 4 0 0 0] ['B']
+        [1 5 6 2 1 9 9 2] [1 1 1 1 2 2 2 2] [0 1 2 3 0 1 2 3] ['A', 'C']
+
+    Greedy packing in input order (one open sequence) would need three
+    sequences here: [A], [B], [C].
+    """
+    held: dict[str, list] = {}  # key -> [document, pieces not yet emitted]
+
+    def refs() -> Iterator[PieceRef]:
+        for number, doc in enumerate(docs):
+            key = f"{doc.id}#{number:012d}"  # unique even where ids repeat; sorts by id first
+            pieces = plan_document(key, doc.length, doc.spans, seq_len)
+            held[key] = [doc, len(pieces)]
+            yield from pieces
+
+    for bin_refs in pack_plan(refs(), seq_len, packed, buffer_size, max_open):
+        pieces = []
+        for ref in bin_refs:
+            entry = held[ref.key]
+            pieces.append(cut_piece(entry[0], ref))
+            entry[1] -= 1
+            if entry[1] == 0:
+                del held[ref.key]
+        yield assemble(pieces, seq_len, pad_id)
+
+
+def pack_group_count(documents: int, pack_groups: int | None = None) -> int:
+    """How many independent packing groups a build of ``documents`` uses:
+    ``pack_groups`` if set, else one per ``DOCS_PER_PACK_GROUP`` documents.
+    Either way it depends only on the input, never on the workers.
+
+    >>> pack_group_count(0), pack_group_count(100_000), pack_group_count(100_001), pack_group_count(10, 4)
+    (1, 1, 2, 4)
+    """
+    if pack_groups is not None:
+        return pack_groups
+    return max(1, -(-documents // DOCS_PER_PACK_GROUP))
+
+
+def group_offsets(counts: dict[int, int]) -> dict[int, int]:
+    """Global number of each group's first sequence: groups in order.
+
+    >>> group_offsets({2: 5, 0: 3, 1: 0})
+    {0: 0, 1: 3, 2: 3}
+    """
+    offsets, total = {}, 0
+    for group in sorted(counts):
+        offsets[group] = total
+        total += counts[group]
+    return offsets
+
+
 def pack_greedy(docs: Iterable[TokenizedDocument], seq_len: int, pad_id: int) -> Iterator[PackedSequence]:
-    """Pack documents in the order given into one open sequence at a time."""
+    """Pack documents in the order given into one open sequence at a time
+    (seqio-style greedy packing; the benchmark's baseline)."""
     current: list[Piece] = []
     used = 0
     for doc in docs:

@@ -27,7 +27,8 @@ class BuildSettings:
     image_token_id: int | None = None
     pad_id: int | None = None
     samples_per_shard: int = 1000
-    pack_groups: int = 1
+    pack_groups: int | None = None  # None: one group per pack.DOCS_PER_PACK_GROUP documents
+    pack: bool = True  # False: one document (or piece of one) per sample
     fetch: FetchSettings = FetchSettings(image_size=336)
     corpus_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -42,7 +43,7 @@ class BuildSettings:
             )
         if self.samples_per_shard < 1:
             raise ValueError("samples_per_shard must be at least 1")
-        if self.pack_groups < 1:
+        if self.pack_groups is not None and self.pack_groups < 1:
             raise ValueError("pack_groups must be at least 1")
 
     def replace(self, **changes: Any) -> "BuildSettings":

@@ -94,6 +94,7 @@ def write_shard(stream: BinaryIO, samples: Iterable[tuple[str, PackedSequence]])
                 info.uid = info.gid = 0
                 info.uname = info.gname = ""
                 tar.addfile(info, io.BytesIO(data))
+            tar.members.clear()  # tarfile keeps every member's header otherwise: memory would grow with the shard
             count += 1
             documents += len(sequence.documents)
             images += len(sequence.images)
@@ -110,7 +111,8 @@ def iter_tar_samples(stream: BinaryIO) -> Iterator[dict[str, Any]]:
     ``images`` (list of JPEG bytes in slot order) and ``json``."""
     current: dict[str, Any] | None = None
     with tarfile.open(fileobj=stream, mode="r|") as tar:
-        for member in tar:
+        while (member := tar.next()) is not None:
+            tar.members.clear()  # a stream is read once; keeping headers would grow with the shard
             if not member.isfile():
                 continue
             key, _, extension = member.name.rpartition("/")[2].partition(".")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from typing import Iterable
+from typing import Iterable, Iterator
 
 
 def train_sentencepiece(
@@ -44,3 +44,44 @@ def train_sentencepiece(
     with open(output, "wb") as handle:
         handle.write(model.getvalue())
     return output
+
+
+def texts_of_line(raw: bytes) -> list[str]:
+    """The training text in one line of a corpus file.
+
+    A JSON object gives its ``text`` (C4) or ``text_list`` (MMC4) or
+    ``caption_reference_description``/``caption_alt_text_description`` (WIT
+    as JSON); any other line (plain text) is taken as it is.
+
+    >>> texts_of_line(b'{"text": "a b", "url": "u"}'), texts_of_line(b'{"text_list": ["x.", "y."]}')
+    (['a b'], ['x.', 'y.'])
+    >>> texts_of_line(b"just a sentence")
+    ['just a sentence']
+    """
+    import json
+
+    line = raw.decode("utf-8", errors="replace").strip()
+    if not line:
+        return []
+    if line.startswith("{"):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            return [line]
+        if isinstance(row, dict):
+            texts = []
+            for field in ("text", "caption_reference_description", "caption_alt_text_description"):
+                if isinstance(row.get(field), str):
+                    texts.append(row[field])
+            if isinstance(row.get("text_list"), list):
+                texts += [t for t in row["text_list"] if isinstance(t, str)]
+            return texts
+    return [line]
+
+
+def iter_corpus_text(stream, path: str) -> Iterator[str]:
+    """The training texts of one (possibly compressed) corpus file."""
+    from corpora.io import iter_lines
+
+    for _, raw in iter_lines(stream, path):
+        yield from texts_of_line(raw)

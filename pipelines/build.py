@@ -1,6 +1,7 @@
 """The per-corpus build pipeline.
 
-    read ─► metadata filter ─► fetch images ─► layout ─► tokenize ─► pack (per group, in id order)
+    read ─► metadata filter ─► fetch images ─► layout ─► tokenize ─► plan packing
+      on metadata (per group, in id order) ─► join bytes back by key
       ─► number sequences globally ─► write shards ─► manifest.json
 
 Drops from every stage are flattened and counted by reason; the manifest is
@@ -19,7 +20,6 @@ from apache_beam.io.filesystems import FileSystems
 
 from corpora import catalog
 from corpora.manifest import MANIFEST, build_manifest
-from corpora.record import stable_hash
 from corpora.settings import BuildSettings
 from corpora.tokenize import Tokenizer
 from pipelines import transforms as t
@@ -72,21 +72,10 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
         laid_out = docs | "Layout" >> beam.ParDo(
             t.ApplyStage(spec.layout, settings, "layout")).with_outputs(t.DROPPED, main="docs")
         docs, drops = laid_out.docs, drops + [laid_out.dropped]
-    packed = (
-        docs
-        | "Tokenize" >> beam.ParDo(t.Tokenize(tokenizer))
-        | "Group" >> beam.Map(lambda d, n: (stable_hash(d.id) % n, d), settings.pack_groups)
-        | "ByGroup" >> beam.GroupByKey()
-        | "Pack" >> beam.ParDo(t.PackGroup(settings, tokenizer.info.pad_id)).with_outputs(
-            t.COUNTS, t.KEPT, main="sequences")
-    )
-    shard_infos = (
-        packed.sequences
-        | "AssignShard" >> beam.Map(t.assign_shard, beam.pvalue.AsDict(packed.counts), settings.samples_per_shard)
-        | "ByShard" >> beam.GroupByKey()
-        | "WriteShard" >> beam.ParDo(t.WriteShard(settings))
-    )
-    drops = tuple(drops) | "Drops" >> beam.Flatten()
+    tokenized = docs | "Tokenize" >> beam.ParDo(t.Tokenize(tokenizer))
+    packed = tokenized | "PackSequences" >> t.PackSequences(settings, tokenizer.info.pad_id)
+    shard_infos = packed["shards"]
+    drops = tuple(drops + [packed["dropped"]]) | "Drops" >> beam.Flatten()
     return (
         pipeline
         | "Finish" >> beam.Create([None])
@@ -96,7 +85,7 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
             tokenizer=tokenizer,
             shard_infos=beam.pvalue.AsList(shard_infos),
             input_counts=beam.pvalue.AsSingleton(read.input | "SumInput" >> beam.CombineGlobally(sum)),
-            kept=beam.pvalue.AsSingleton(packed.kept | "SumKept" >> beam.CombineGlobally(sum)),
+            kept=beam.pvalue.AsSingleton(packed["kept"] | "SumKept" >> beam.CombineGlobally(sum)),
             dropped=beam.pvalue.AsList(_drop_counts(drops)),
         )
     )

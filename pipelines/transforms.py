@@ -7,6 +7,7 @@ counts, and routes drops to the ``dropped`` output. No business logic here.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import logging
 import uuid
 from typing import Any, Iterable, Iterator
@@ -17,7 +18,7 @@ from apache_beam.metrics import Metrics
 
 from corpora import fetch, pack, shards
 from corpora.catalog import CorpusSpec
-from corpora.record import Document, Drop
+from corpora.record import Document, Drop, stable_hash
 from corpora.settings import BuildSettings
 from corpora.tokenize import Tokenizer, TokenizedDocument, tokenize_document
 from pipelines import fsspec_io  # noqa: F401  (registers hf:// with Beam's FileSystems)
@@ -93,50 +94,92 @@ class Tokenize(beam.DoFn):
         yield tokenize_document(doc, self._tokenizer)
 
 
-class PackGroup(beam.DoFn):
-    """Pack one group's documents, in id order, into sequences.
+def piece_refs(doc: TokenizedDocument, seq_len: int) -> tuple[str, list[pack.PieceRef]]:
+    """The packing plan's input for one document: its key and its pieces (no bytes)."""
+    key = pack.doc_key(doc)
+    return key, pack.plan_document(key, doc.length, doc.spans, seq_len)
 
-    Emits ``(group, index, sequence)`` and, on ``counts``, ``(group, n)``.
+
+def pack_group_of(element: tuple[str, list[pack.PieceRef]], documents: int,
+                  pack_groups: int | None) -> tuple[int, tuple[str, list[pack.PieceRef]]]:
+    """Route a document's plan to its packing group (by a stable hash of its id)."""
+    groups = pack.pack_group_count(documents, pack_groups)
+    return stable_hash(element[0]) % groups, element
+
+
+class PackGroup(beam.DoFn):
+    """Plan one group's packing on metadata only, documents in key order.
+
+    Emits ``(key, (group, sequence, slot, ref))`` per piece; on ``counts``
+    ``(group, sequences)``; on ``kept`` the number of documents packed; empty
+    documents go to ``dropped``.
     """
+
+    def __init__(self, settings: BuildSettings):
+        self._settings = settings
+
+    def process(self, element: tuple[int, Iterable[tuple[str, list[pack.PieceRef]]]]) -> Iterator:
+        group, items = element
+        ordered = sorted(items, key=lambda item: item[0])
+        kept = 0
+        refs: list[pack.PieceRef] = []
+        for key, pieces in ordered:
+            if not pieces or pieces[0].count == 1 and pieces[0].length == 0:
+                yield _route(Drop("empty_document", key.rpartition("#")[0]), "pack")
+                continue
+            kept += 1
+            refs.extend(pieces)
+        count = 0
+        settings = self._settings
+        for count, bin_refs in enumerate(pack.pack_plan(refs, settings.seq_len, settings.pack), 1):
+            for slot, ref in enumerate(bin_refs):
+                yield ref.key, (group, count - 1, slot, ref)
+        Metrics.counter(NAMESPACE, "sequences").inc(count)
+        yield beam.pvalue.TaggedOutput(COUNTS, (group, count))
+        yield beam.pvalue.TaggedOutput(KEPT, kept)
+
+
+class CutPieces(beam.DoFn):
+    """Join a document's bytes back to its planned pieces; number each
+    sequence globally (groups in order) and pick its shard.
+
+    Emits ``(shard, (global_index, slot, piece))``.
+    """
+
+    def __init__(self, samples_per_shard: int):
+        self._samples_per_shard = samples_per_shard
+        self._offsets: dict[int, int] | None = None
+
+    def process(self, element: tuple[str, dict[str, list]], counts: dict[int, int]) -> Iterator:
+        if self._offsets is None:
+            self._offsets = pack.group_offsets(counts)
+        _, joined = element
+        doc = joined["doc"][0]  # documents sharing a key are byte-identical
+        for group, index, slot, ref in joined["place"]:
+            global_index = self._offsets[group] + index
+            yield global_index // self._samples_per_shard, (global_index, slot, pack.cut_piece(doc, ref))
+
+
+class WriteShard(beam.DoFn):
+    """Assemble one shard's sequences from their pieces and write it under a
+    temporary name, then rename it into place."""
 
     def __init__(self, settings: BuildSettings, pad_id: int):
         self._settings = settings
         self._pad_id = pad_id
 
-    def process(self, element: tuple[int, Iterable[TokenizedDocument]]) -> Iterator:
-        group, docs = element
-        ordered = sorted(docs, key=lambda d: d.id)
-        count = 0
-        for count, sequence in enumerate(pack.pack_greedy(ordered, self._settings.seq_len, self._pad_id), 1):
-            yield group, count - 1, sequence
-        Metrics.counter(NAMESPACE, "sequences").inc(count)
-        yield beam.pvalue.TaggedOutput(COUNTS, (group, count))
-        yield beam.pvalue.TaggedOutput(KEPT, len(ordered))
-
-
-def assign_shard(element: tuple[int, int, pack.PackedSequence], counts: dict[int, int],
-                 samples_per_shard: int) -> tuple[int, tuple[int, pack.PackedSequence]]:
-    """Number a group's sequences globally (groups in order) and pick the shard."""
-    group, index, sequence = element
-    global_index = sum(n for g, n in counts.items() if g < group) + index
-    return global_index // samples_per_shard, (global_index, sequence)
-
-
-class WriteShard(beam.DoFn):
-    """Write one shard under a temporary name, then rename it into place."""
-
-    def __init__(self, settings: BuildSettings):
-        self._settings = settings
-
-    def process(self, element: tuple[int, Iterable[tuple[int, pack.PackedSequence]]]) -> Iterator[dict]:
+    def process(self, element: tuple[int, Iterable[tuple[int, int, pack.Piece]]]) -> Iterator[dict]:
         shard_index, items = element
-        corpus = self._settings.corpus
+        settings = self._settings
+        corpus = settings.corpus
         name = shards.shard_name(corpus, shard_index)
-        final = FileSystems.join(self._settings.output, name)
+        final = FileSystems.join(settings.output, name)
         temporary = f"{final}.tmp-{uuid.uuid4().hex}"
+        ordered = sorted(items, key=lambda item: (item[0], item[1]))
         samples = (
-            (shards.sample_key(corpus, shard_index, global_index % self._settings.samples_per_shard), sequence)
-            for global_index, sequence in sorted(items, key=lambda item: item[0])
+            (shards.sample_key(corpus, shard_index, global_index % settings.samples_per_shard),
+             pack.assemble([piece for _, _, piece in group], settings.seq_len, self._pad_id))
+            for global_index, group in itertools.groupby(ordered, key=lambda item: item[0])
         )
         with FileSystems.create(temporary) as stream:
             info = shards.write_shard(stream, samples)
@@ -156,3 +199,38 @@ class ApplyStage(beam.DoFn):
 
     def process(self, doc: Document) -> Iterator:
         yield _route(self._stage(doc, self._settings), self._name)
+
+
+class PackSequences(beam.PTransform):
+    """Tokenized documents → shard infos, deterministically and without holding
+    a group's bytes: plan the packing on metadata per group (documents in key
+    order), join the bytes back by key, number sequences globally, write shards.
+
+    The result has ``shards`` (one info dict per shard written), ``kept``
+    (documents packed, per group) and ``dropped``.
+    """
+
+    def __init__(self, settings: BuildSettings, pad_id: int):
+        super().__init__()
+        self._settings = settings
+        self._pad_id = pad_id
+
+    def expand(self, tokenized):
+        settings = self._settings
+        keyed = tokenized | "Key" >> beam.Map(lambda d: (pack.doc_key(d), d))
+        documents = tokenized | "CountDocuments" >> beam.combiners.Count.Globally()
+        planned = (
+            tokenized
+            | "PlanPieces" >> beam.Map(piece_refs, settings.seq_len)
+            | "Group" >> beam.Map(pack_group_of, beam.pvalue.AsSingleton(documents), settings.pack_groups)
+            | "ByGroup" >> beam.GroupByKey()
+            | "Pack" >> beam.ParDo(PackGroup(settings)).with_outputs(COUNTS, KEPT, DROPPED, main="placements")
+        )
+        shard_infos = (
+            {"doc": keyed, "place": planned.placements}
+            | "JoinBytes" >> beam.CoGroupByKey()
+            | "CutPieces" >> beam.ParDo(CutPieces(settings.samples_per_shard), beam.pvalue.AsDict(planned.counts))
+            | "ByShard" >> beam.GroupByKey()
+            | "WriteShard" >> beam.ParDo(WriteShard(settings, self._pad_id))
+        )
+        return {"shards": shard_infos, "kept": planned[KEPT], "dropped": planned[DROPPED]}
