@@ -1,7 +1,7 @@
 """The per-corpus build pipeline.
 
     read ─► fetch images ─► tokenize ─► pack (per group, in id order)
-      ─► number sequences globally ─► write shards ─► manifest.json
+      ─► number sequences globally ─► write shards ─► manifest.json ─► stats.json
 
 Drops from every stage are flattened and counted by reason; the manifest is
 written last, from side inputs, once every shard is complete.
@@ -24,6 +24,7 @@ from corpora.settings import BuildSettings
 from corpora.tokenize import Tokenizer
 from pipelines import transforms as t
 from pipelines.runners import make_runner, pipeline_options
+from pipelines.stats import WriteStats
 
 
 def _drop_counts(drops: beam.PCollection) -> beam.PCollection:
@@ -76,7 +77,7 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
         | "WriteShard" >> beam.ParDo(t.WriteShard(settings))
     )
     drops = (read.dropped, fetched.dropped) | "Drops" >> beam.Flatten()
-    return (
+    manifest = (
         pipeline
         | "Finish" >> beam.Create([None])
         | "Manifest" >> beam.Map(
@@ -89,6 +90,8 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
             dropped=beam.pvalue.AsList(_drop_counts(drops)),
         )
     )
+    _ = manifest | "Stats" >> WriteStats(packed.sequences, tokenizer.info, settings.output)
+    return manifest
 
 
 def run_build(settings: BuildSettings, runner: str = "DirectRunner", workers: int = 1,
