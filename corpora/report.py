@@ -235,7 +235,8 @@ def render_report(stats: Mapping[str, Any], manifest: Mapping[str, Any],
                   samples: Iterable[Mapping[str, Any]] = (),
                   decode: Callable[[list[int]], str] | None = None) -> str:
     """The whole page as a string."""
-    totals, packing, fetch = stats["totals"], stats["packing"], stats["image_fetch"]
+    totals, packing = stats["totals"], stats["packing"]
+    fetch = stats.get("image_fetch") or {"fetched": 0, "failures": [], "attempted": 0, "success_rate": None}
     reference = (stats.get("reference") or {}).get("values") or {}
     ref_head = '<th class="num ref">VILA Table 2</th>' if reference else ""
 

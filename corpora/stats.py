@@ -337,8 +337,12 @@ def image_fetch_section(acc: StatsAccumulator, manifest: Mapping[str, Any]) -> d
     return section
 
 
-def finalize(acc: StatsAccumulator, manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``stats.json`` document for a build with ``manifest``."""
+def finalize(acc: StatsAccumulator, manifest: Mapping[str, Any], whole_build: bool = True) -> dict[str, Any]:
+    """The ``stats.json`` document for a build with ``manifest``.
+
+    Statistics of only some of a build's shards (``whole_build=False``) leave
+    out the funnel and the image fetch outcomes, which belong to the build.
+    """
     incomplete = acc.finish_partial()
     corpus = manifest.get("corpus")
     reference = VILA_TABLE2.get(corpus)
@@ -368,9 +372,10 @@ def finalize(acc: StatsAccumulator, manifest: Mapping[str, Any]) -> dict[str, An
             "split_fraction": _ratio(acc.split_documents, acc.documents),
             "incomplete_documents": incomplete,
         },
-        "funnel": funnel_section(manifest.get("funnel")),
+        "scope": "build" if whole_build else "shards",
+        "funnel": funnel_section(manifest.get("funnel")) if whole_build else None,
         "scores": {name: distribution(counts, SCORE_SCALE) for name, counts in sorted(acc.scores.items())},
-        "image_fetch": image_fetch_section(acc, manifest),
+        "image_fetch": image_fetch_section(acc, manifest) if whole_build else None,
         "reference": {"source": VILA_SOURCE, "values": reference} if reference else None,
     }
 
@@ -429,6 +434,8 @@ def stats_from_shards(path: str, progress: Callable[[int, int, str], None] | Non
     import tarfile
 
     manifest, shard_paths = resolve(path)
+    listed = [s["path"] for s in manifest["shards"]]
+    whole_build = [os.path.basename(p) for p in shard_paths] == listed
     ids = TokenIds.from_manifest(manifest)
     acc = StatsAccumulator()
     for number, shard in enumerate(shard_paths, 1):
@@ -440,7 +447,7 @@ def stats_from_shards(path: str, progress: Callable[[int, int, str], None] | Non
                                         sample.get("json", {}).get("documents", []), ids))
         except (tarfile.TarError, KeyError, ValueError, OSError) as exc:
             raise StatsInputError(f"unreadable shard {shard}: {exc}") from None
-    return finalize(acc, manifest)
+    return finalize(acc, manifest, whole_build)
 
 
 def stats_json(stats: Mapping[str, Any]) -> str:
@@ -493,10 +500,12 @@ def format_table(stats: Mapping[str, Any]) -> str:
     rows.append(("documents split", f"{_fmt(packing['split_documents'])} ({_pct(packing['split_fraction'])})", ""))
     for name, dist in stats["scores"].items():
         dist_row(f"score {name}", dist, digits=3)
-    fetch = stats["image_fetch"]
-    rows.append(("image fetch success", f"{_pct(fetch['success_rate'])} of {_fmt(fetch['attempted'])}", ""))
-    for failure in fetch["failures"]:
-        rows.append((f"  failed {failure['reason']}", f"{_fmt(failure['count'])} ({_pct(failure['share'])})", ""))
+    fetch = stats.get("image_fetch")
+    if fetch:
+        rows.append(("image fetch success", f"{_pct(fetch['success_rate'])} of {_fmt(fetch['attempted'])}", ""))
+        for failure in fetch["failures"]:
+            rows.append((f"  failed {failure['reason']}", f"{_fmt(failure['count'])} ({_pct(failure['share'])})",
+                         ""))
     funnel = stats.get("funnel")
     if funnel:
         rows.append((f"funnel input ({funnel['unit']}s)", _fmt(funnel["input"]), ""))
@@ -505,7 +514,8 @@ def format_table(stats: Mapping[str, Any]) -> str:
         rows.append(("  kept", f"{_fmt(funnel['kept'])} ({_pct(funnel['kept_share'])})", ""))
     width = max(len(r[0]) for r in rows)
     value_width = max(len(r[1]) for r in rows)
-    lines = [f"{stats['corpus']}: seq_len {stats['seq_len']}, {stats['tokens_per_image']} tokens per image"]
+    scope = "" if stats.get("scope", "build") == "build" else " (some shards only: no funnel, no fetch outcomes)"
+    lines = [f"{stats['corpus']}: seq_len {stats['seq_len']}, {stats['tokens_per_image']} tokens per image{scope}"]
     if reference:
         lines.append(f"{'':<{width}}  {'':<{value_width}}  VILA")
     for label, value, ref in rows:
