@@ -183,3 +183,13 @@ def _write(directory: str, name: str, text: str) -> str:
     with open(path, "w") as handle:
         handle.write(text)
     return path
+
+
+@pytest.mark.parametrize("content, message", [(b"garbage\n", "truncated header"), (b"", "")])
+def test_an_unreadable_shard_is_a_stats_input_error(tmp_path, content, message):
+    manifest = {"corpus": "x", "image_token_id": 9, "bos_id": 1, "eos_id": 2, "tokens_per_image": 2,
+                "shards": [{"path": "x-000000.tar"}]}
+    _write(str(tmp_path), "manifest.json", json.dumps(manifest))
+    (tmp_path / "x-000000.tar").write_bytes(content)
+    with pytest.raises(stats.StatsInputError, match=f"unreadable shard .*x-000000.tar: {message}"):
+        stats.stats_from_shards(str(tmp_path))
