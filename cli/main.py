@@ -228,6 +228,7 @@ def _print_summary(manifest: dict) -> None:
     click.echo(f"Funnel ({funnel['unit']}s): input {funnel['input']}, kept {funnel['kept']}")
     for reason, count in sorted(funnel["dropped"].items(), key=lambda kv: -kv[1]):
         click.echo(f"  dropped {reason}: {count}")
+    click.echo("Statistics: stats.json (`corpora stats DIR`, `corpora report DIR`)")
 
 
 @cli.command()
@@ -303,6 +304,47 @@ def tokenizer_train(inputs, vocab_size, output, model_type, max_sentences):
 
     size = spm.SentencePieceProcessor(model_file=output).get_piece_size()
     click.echo(f"Wrote {output}: {size} pieces from {counted['texts']} texts, sha256 {file_sha256(output)}")
+
+
+def _progress(number: int, total: int, shard: str) -> None:
+    if total > 1 and sys.stderr.isatty():
+        click.echo(f"\rreading shard {number}/{total}", err=True, nl=number == total)
+
+
+@cli.command()
+@click.argument("path", metavar="DIR_OR_MANIFEST")
+@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON (the format of stats.json).")
+def stats(path, as_json):
+    """Statistics of a build, recomputed from its shards.
+
+    DIR_OR_MANIFEST is a build directory, its manifest.json, or one shard of it.
+    """
+    from corpora.stats import StatsInputError, format_table, stats_from_shards, stats_json
+
+    try:
+        result = stats_from_shards(path, _progress)
+    except StatsInputError as exc:
+        raise UsageFailure(str(exc)) from None
+    click.echo(stats_json(result) if as_json else format_table(result), nl=not as_json)
+
+
+@cli.command()
+@click.argument("path", metavar="DIR")
+@click.option("--output", default=None, help="Where to write the page. Default: DIR/report.html")
+@click.option("--samples", type=click.IntRange(0), default=3, show_default=True,
+              help="Packed samples shown in the gallery.")
+def report(path, output, samples):
+    """Write report.html: a build's statistics, charts and a gallery of packed samples."""
+    from corpora.report import write_report
+    from corpora.stats import StatsInputError
+
+    try:
+        written = write_report(path, output, samples, _progress)
+    except StatsInputError as exc:
+        raise UsageFailure(str(exc)) from None
+    except OSError as exc:
+        raise UsageFailure(f"cannot write report: {exc}") from None
+    click.echo(f"Wrote {written}")
 
 
 def main() -> None:

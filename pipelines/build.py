@@ -2,7 +2,7 @@
 
     read ─► metadata filter ─► fetch images ─► layout ─► tokenize ─► plan packing
       on metadata (per group, in id order) ─► join bytes back by key
-      ─► number sequences globally ─► write shards ─► manifest.json
+      ─► number sequences globally ─► write shards ─► manifest.json ─► stats.json
 
 Drops from every stage are flattened and counted by reason; the manifest is
 written last, from side inputs, once every shard is complete.
@@ -24,6 +24,7 @@ from corpora.settings import BuildSettings
 from corpora.tokenize import Tokenizer
 from pipelines import transforms as t
 from pipelines.runners import make_runner, pipeline_options
+from pipelines.stats import WriteStats, token_ids
 
 
 def _drop_counts(drops: beam.PCollection) -> beam.PCollection:
@@ -73,10 +74,11 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
             t.ApplyStage(spec.layout, settings, "layout")).with_outputs(t.DROPPED, main="docs")
         docs, drops = laid_out.docs, drops + [laid_out.dropped]
     tokenized = docs | "Tokenize" >> beam.ParDo(t.Tokenize(tokenizer))
-    packed = tokenized | "PackSequences" >> t.PackSequences(settings, tokenizer.info.pad_id)
+    packed = tokenized | "PackSequences" >> t.PackSequences(
+        settings, tokenizer.info.pad_id, token_ids(tokenizer.info))
     shard_infos = packed["shards"]
     drops = tuple(drops + [packed["dropped"]]) | "Drops" >> beam.Flatten()
-    return (
+    manifest = (
         pipeline
         | "Finish" >> beam.Create([None])
         | "Manifest" >> beam.Map(
@@ -89,6 +91,8 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
             dropped=beam.pvalue.AsList(_drop_counts(drops)),
         )
     )
+    _ = manifest | "Stats" >> WriteStats(packed["sequence_stats"], settings.output)
+    return manifest
 
 
 def run_build(settings: BuildSettings, runner: str = "DirectRunner", workers: int = 1,

@@ -16,7 +16,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from corpora import fetch, pack, shards
+from corpora import fetch, pack, shards, stats
 from corpora.catalog import CorpusSpec
 from corpora.record import Document, Drop, stable_hash
 from corpora.settings import BuildSettings
@@ -27,6 +27,7 @@ DROPPED = "dropped"
 INPUT = "input"
 KEPT = "kept"
 COUNTS = "counts"
+SEQUENCE_STATS = "sequence_stats"
 NAMESPACE = "corpora"
 
 _LOG = logging.getLogger(__name__)
@@ -162,13 +163,19 @@ class CutPieces(beam.DoFn):
 
 class WriteShard(beam.DoFn):
     """Assemble one shard's sequences from their pieces and write it under a
-    temporary name, then rename it into place."""
+    temporary name, then rename it into place.
 
-    def __init__(self, settings: BuildSettings, pad_id: int):
+    With ``stat_ids``, each sequence's statistics values
+    (:func:`corpora.stats.sequence_values`) go to the ``sequence_stats``
+    output, so the build's statistics need no second pass over the shards.
+    """
+
+    def __init__(self, settings: BuildSettings, pad_id: int, stat_ids: stats.TokenIds | None = None):
         self._settings = settings
         self._pad_id = pad_id
+        self._stat_ids = stat_ids
 
-    def process(self, element: tuple[int, Iterable[tuple[int, int, pack.Piece]]]) -> Iterator[dict]:
+    def process(self, element: tuple[int, Iterable[tuple[int, int, pack.Piece]]]) -> Iterator:
         shard_index, items = element
         settings = self._settings
         corpus = settings.corpus
@@ -176,16 +183,23 @@ class WriteShard(beam.DoFn):
         final = FileSystems.join(settings.output, name)
         temporary = f"{final}.tmp-{uuid.uuid4().hex}"
         ordered = sorted(items, key=lambda item: (item[0], item[1]))
-        samples = (
-            (shards.sample_key(corpus, shard_index, global_index % settings.samples_per_shard),
-             pack.assemble([piece for _, _, piece in group], settings.seq_len, self._pad_id))
-            for global_index, group in itertools.groupby(ordered, key=lambda item: item[0])
-        )
+        values: list[stats.SequenceValues] = []
+
+        def samples():
+            for global_index, group in itertools.groupby(ordered, key=lambda item: item[0]):
+                sequence = pack.assemble([piece for _, _, piece in group], settings.seq_len, self._pad_id)
+                if self._stat_ids is not None:
+                    values.append(stats.sequence_values(
+                        sequence.input_ids, sequence.segment_ids, sequence.documents, self._stat_ids))
+                yield shards.sample_key(corpus, shard_index, global_index % settings.samples_per_shard), sequence
+
         with FileSystems.create(temporary) as stream:
-            info = shards.write_shard(stream, samples)
+            info = shards.write_shard(stream, samples())
         FileSystems.rename([temporary], [final])
         Metrics.counter(NAMESPACE, "shards").inc()
         yield {"index": shard_index, "path": name, **info}
+        for value in values:
+            yield beam.pvalue.TaggedOutput(SEQUENCE_STATS, value)
 
 
 class ApplyStage(beam.DoFn):
@@ -207,13 +221,15 @@ class PackSequences(beam.PTransform):
     order), join the bytes back by key, number sequences globally, write shards.
 
     The result has ``shards`` (one info dict per shard written), ``kept``
-    (documents packed, per group) and ``dropped``.
+    (documents packed, per group), ``dropped`` and ``sequence_stats`` (one
+    :class:`corpora.stats.SequenceValues` per sequence, when ``stat_ids`` is given).
     """
 
-    def __init__(self, settings: BuildSettings, pad_id: int):
+    def __init__(self, settings: BuildSettings, pad_id: int, stat_ids: stats.TokenIds | None = None):
         super().__init__()
         self._settings = settings
         self._pad_id = pad_id
+        self._stat_ids = stat_ids
 
     def expand(self, tokenized):
         settings = self._settings
@@ -226,11 +242,13 @@ class PackSequences(beam.PTransform):
             | "ByGroup" >> beam.GroupByKey()
             | "Pack" >> beam.ParDo(PackGroup(settings)).with_outputs(COUNTS, KEPT, DROPPED, main="placements")
         )
-        shard_infos = (
+        written = (
             {"doc": keyed, "place": planned.placements}
             | "JoinBytes" >> beam.CoGroupByKey()
             | "CutPieces" >> beam.ParDo(CutPieces(settings.samples_per_shard), beam.pvalue.AsDict(planned.counts))
             | "ByShard" >> beam.GroupByKey()
-            | "WriteShard" >> beam.ParDo(WriteShard(settings, self._pad_id))
+            | "WriteShard" >> beam.ParDo(WriteShard(settings, self._pad_id, self._stat_ids)).with_outputs(
+                SEQUENCE_STATS, main="shards")
         )
-        return {"shards": shard_infos, "kept": planned[KEPT], "dropped": planned[DROPPED]}
+        return {"shards": written.shards, "kept": planned[KEPT], "dropped": planned[DROPPED],
+                "sequence_stats": written[SEQUENCE_STATS]}

@@ -1,0 +1,525 @@
+"""Corpus statistics, computed exactly from packed sequences.
+
+The same code computes them during a build (from the sequences before they
+are written, combined by Beam) and afterwards from finished shards
+(``corpora stats``), so the two agree exactly. ``docs/statistics.md`` defines
+every figure; in short, inside a sequence every token is one of:
+
+- padding: ``segment_ids == 0``;
+- image slot: ``input_ids == image_token_id`` in a segment;
+- special: BOS or EOS in a segment (not text: VILA counts the text's tokens);
+- text: every other token in a segment.
+
+A document split across sequences (``pieces > 1`` in the sample's ``json``)
+is put back together by its ``id`` before it is counted. Every value that
+enters a distribution is an integer (scores are quantised to 1e-4), so sums,
+medians and histograms do not depend on the order Beam combines them in.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+import re
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+import numpy as np
+
+STATS = "stats.json"
+STATS_VERSION = 1
+SCORE_SCALE = 10_000  # scores are counted in units of 1e-4
+HISTOGRAM_BINS = 20
+HISTOGRAM_MAX_UNIT_BINS = 40
+
+# VILA: On Pre-training for Visual Language Models (Lin et al., CVPR 2024),
+# Table 2, counted with the Llama-2 tokenizer.
+VILA_TABLE2 = {
+    "coyo": {"text_tokens_per_image": 22.7},
+    "mmc4": {"text_tokens_per_image": 122.5, "images_per_document": 4.0},
+}
+VILA_SOURCE = "VILA (Lin et al., CVPR 2024), Table 2; Llama-2 tokenizer"
+
+# Reasons the image fetch stage gives (corpora.fetch); a drop with one of
+# these reasons is a record that lost its image.
+FETCH_REASONS = frozenset({
+    "bad_aspect", "bad_redirect", "bad_scheme", "blocked_address", "connection_error", "decode_error",
+    "dns_error", "empty_body", "file_error", "file_not_found", "not_image", "timeout", "tls_error",
+    "too_large", "too_many_pixels", "too_many_redirects", "too_small",
+})
+_HTTP_REASON = re.compile(r"^http_(\d{3}|\dxx)$")
+
+
+def is_fetch_reason(reason: str) -> bool:
+    return reason in FETCH_REASONS or bool(_HTTP_REASON.match(reason))
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenIds:
+    """What classifies a sequence's tokens (from the manifest or the tokenizer)."""
+
+    image_token_id: int
+    bos_id: int
+    eos_id: int
+    tokens_per_image: int
+
+    @classmethod
+    def from_manifest(cls, manifest: Mapping[str, Any]) -> "TokenIds":
+        return cls(int(manifest["image_token_id"]), int(manifest["bos_id"]), int(manifest["eos_id"]),
+                   int(manifest["tokens_per_image"]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """One segment of a sequence: a document, or one piece of a split one."""
+
+    id: str
+    piece: int
+    pieces: int
+    text_tokens: int
+    image_tokens: int
+    special_tokens: int
+    images: int
+    scores: tuple[tuple[str, int], ...]  # (name, value in units of 1e-4), one per image score
+    image_failures: tuple[str, ...]  # reasons, on the first piece only
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceValues:
+    """What one packed sequence contributes to the statistics."""
+
+    tokens: int
+    padding_tokens: int
+    pieces: tuple[Piece, ...]
+
+
+def quantise(score: float) -> int:
+    """A score in units of 1e-4: ``quantise(0.3127) == 3127``."""
+    return int(round(float(score) * SCORE_SCALE))
+
+
+def sequence_values(input_ids: np.ndarray, segment_ids: np.ndarray, documents: Iterable[Mapping[str, Any]],
+                    ids: TokenIds) -> SequenceValues:
+    """Classify one sequence's tokens per segment.
+
+    >>> ids = TokenIds(image_token_id=9, bos_id=1, eos_id=2, tokens_per_image=2)
+    >>> v = sequence_values(np.array([1, 9, 9, 5, 6, 2, 1, 7, 2, 0]), np.array([1, 1, 1, 1, 1, 1, 2, 2, 2, 0]),
+    ...     [{"id": "a", "segment": 1, "images": [{"scores": {"matched_sim": 0.31}}]}, {"id": "b", "segment": 2}],
+    ...     ids)
+    >>> v.padding_tokens, [(p.id, p.text_tokens, p.image_tokens, p.special_tokens, p.images) for p in v.pieces]
+    (1, [('a', 2, 2, 2, 1), ('b', 1, 0, 2, 0)])
+    """
+    input_ids = np.asarray(input_ids)
+    segment_ids = np.asarray(segment_ids)
+    specials = [i for i in (ids.bos_id, ids.eos_id) if i >= 0]
+    pieces = []
+    for entry in sorted(documents, key=lambda d: d["segment"]):
+        in_segment = segment_ids == entry["segment"]
+        image = in_segment & (input_ids == ids.image_token_id)
+        special = in_segment & np.isin(input_ids, specials) & ~image
+        image_tokens = int(image.sum())
+        special_tokens = int(special.sum())
+        piece = int(entry.get("piece", 0))
+        scores = []
+        for img in entry.get("images", []):
+            for name, value in sorted((img.get("scores") or {}).items()):
+                if value is not None:
+                    scores.append((name, quantise(value)))
+        failures = ()
+        if piece == 0:
+            failures = tuple(f.get("reason", "unknown") for f in (entry.get("meta") or {}).get("image_failures", []))
+        pieces.append(Piece(
+            id=str(entry["id"]), piece=piece, pieces=int(entry.get("pieces", 1)),
+            text_tokens=int(in_segment.sum()) - image_tokens - special_tokens,
+            image_tokens=image_tokens, special_tokens=special_tokens,
+            images=image_tokens // ids.tokens_per_image,
+            scores=tuple(scores), image_failures=failures,
+        ))
+    return SequenceValues(tokens=int(input_ids.shape[0]), padding_tokens=int((segment_ids == 0).sum()),
+                          pieces=tuple(pieces))
+
+
+class StatsAccumulator:
+    """Integer counts that merge in any order (a Beam CombineFn's accumulator)."""
+
+    def __init__(self) -> None:
+        self.sequences = 0
+        self.tokens = 0
+        self.padding_tokens = 0
+        self.text_tokens = 0
+        self.image_tokens = 0
+        self.special_tokens = 0
+        self.images = 0
+        self.pieces = 0
+        self.documents = 0
+        self.split_documents = 0
+        self.text_tokens_per_document: collections.Counter = collections.Counter()
+        self.images_per_document: collections.Counter = collections.Counter()
+        self.documents_per_sequence: collections.Counter = collections.Counter()
+        self.scores: dict[str, collections.Counter] = {}
+        self.image_failures: collections.Counter = collections.Counter()
+        # id -> [pieces, seen piece indices, text tokens, images] of split documents not yet complete
+        self.partial: dict[str, list] = {}
+
+    def add(self, values: SequenceValues) -> "StatsAccumulator":
+        self.sequences += 1
+        self.tokens += values.tokens
+        self.padding_tokens += values.padding_tokens
+        self.documents_per_sequence[len(values.pieces)] += 1
+        for piece in values.pieces:
+            self.pieces += 1
+            self.text_tokens += piece.text_tokens
+            self.image_tokens += piece.image_tokens
+            self.special_tokens += piece.special_tokens
+            self.images += piece.images
+            for name, value in piece.scores:
+                self.scores.setdefault(name, collections.Counter())[value] += 1
+            self.image_failures.update(piece.image_failures)
+            if piece.pieces <= 1:
+                self._document(piece.text_tokens, piece.images, split=False)
+            else:
+                self._partial(piece.id, piece.pieces, {piece.piece}, piece.text_tokens, piece.images)
+        return self
+
+    def _document(self, text_tokens: int, images: int, split: bool) -> None:
+        self.documents += 1
+        self.split_documents += int(split)
+        self.text_tokens_per_document[text_tokens] += 1
+        self.images_per_document[images] += 1
+
+    def _partial(self, doc_id: str, pieces: int, seen: set, text_tokens: int, images: int) -> None:
+        entry = self.partial.setdefault(doc_id, [pieces, set(), 0, 0])
+        entry[1] |= seen
+        entry[2] += text_tokens
+        entry[3] += images
+        if len(entry[1]) >= entry[0]:
+            del self.partial[doc_id]
+            self._document(entry[2], entry[3], split=True)
+
+    def merge(self, other: "StatsAccumulator") -> "StatsAccumulator":
+        for name in ("sequences", "tokens", "padding_tokens", "text_tokens", "image_tokens", "special_tokens",
+                     "images", "pieces", "documents", "split_documents"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in ("text_tokens_per_document", "images_per_document", "documents_per_sequence",
+                     "image_failures"):
+            getattr(self, name).update(getattr(other, name))
+        for name, counts in other.scores.items():
+            self.scores.setdefault(name, collections.Counter()).update(counts)
+        for doc_id, (pieces, seen, text_tokens, images) in other.partial.items():
+            self._partial(doc_id, pieces, seen, text_tokens, images)
+        return self
+
+    def finish_partial(self) -> int:
+        """Count split documents whose pieces were not all seen (stats of one
+        shard of a build) with the pieces that were; returns how many."""
+        incomplete = len(self.partial)
+        for doc_id in sorted(self.partial):
+            _, _, text_tokens, images = self.partial[doc_id]
+            self._document(text_tokens, images, split=True)
+        self.partial = {}
+        return incomplete
+
+
+def _value_at(counts: list[tuple[int, int]], rank: int) -> int:
+    """The ``rank``-th smallest value (1-based) of a sorted (value, count) list."""
+    seen = 0
+    for value, count in counts:
+        seen += count
+        if seen >= rank:
+            return value
+    raise IndexError(rank)
+
+
+def histogram_edges(low: int, high: int) -> list[int]:
+    """Integer bin edges for values in ``[low, high]``: one bin per value when
+    at most 40 values are possible, else 20 bins of equal integer width.
+
+    >>> histogram_edges(1, 4)
+    [1, 2, 3, 4, 5]
+    >>> histogram_edges(0, 99)
+    [0, 5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55, 60, 65, 70, 75, 80, 85, 90, 95, 100]
+    """
+    span = high - low + 1
+    if span <= HISTOGRAM_MAX_UNIT_BINS:
+        width, bins = 1, span
+    else:
+        width = -(-span // HISTOGRAM_BINS)
+        bins = -(-span // width)
+    return [low + k * width for k in range(bins + 1)]
+
+
+def distribution(counts: Mapping[int, int], scale: int = 1) -> dict[str, Any] | None:
+    """Exact summary of integer values given as ``{value: how many}``.
+
+    The median is the middle value (the mean of the two middle values for an
+    even count); p5 and p95 are nearest-rank percentiles (the smallest value
+    with at least 5 % / 95 % of the values at or below it). With ``scale``
+    the values are reported divided by it.
+
+    >>> distribution({1: 2, 3: 1, 10: 1})
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {'count': 4, 'sum': 15, 'mean': 3.75, 'min': 1, 'max': 10, 'median': 2.0, 'p5': 1, 'p95': 10,
+     'histogram': {'edges': [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], 'counts': [2, 0, 1, 0, 0, 0, 0, 0, 0, 1]}}
+    """
+    items = sorted((int(v), int(c)) for v, c in counts.items() if c)
+    if not items:
+        return None
+    n = sum(c for _, c in items)
+    total = sum(v * c for v, c in items)
+    if n % 2:
+        median2 = 2 * _value_at(items, (n + 1) // 2)
+    else:
+        median2 = _value_at(items, n // 2) + _value_at(items, n // 2 + 1)
+    edges = histogram_edges(items[0][0], items[-1][0])
+    bins = [0] * (len(edges) - 1)
+    width = edges[1] - edges[0]
+    for value, count in items:
+        bins[(value - edges[0]) // width] += count
+
+    def out(value: int | float):
+        return value if scale == 1 else value / scale
+
+    return {
+        "count": n,
+        "sum": out(total),
+        "mean": total / n / scale,
+        "min": out(items[0][0]),
+        "max": out(items[-1][0]),
+        "median": median2 / 2 / scale,
+        "p5": out(_value_at(items, max(1, -(-5 * n // 100)))),
+        "p95": out(_value_at(items, max(1, -(-95 * n // 100)))),
+        "histogram": {"edges": [out(e) for e in edges], "counts": bins},
+    }
+
+
+def _ratio(numerator: int, denominator: int) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+def _reasons(counts: Mapping[str, int], total: int) -> list[dict[str, Any]]:
+    return [{"reason": reason, "count": int(count), "share": _ratio(count, total)}
+            for reason, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if count]
+
+
+def funnel_section(funnel: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if not funnel:
+        return None
+    total = int(funnel["input"])
+    return {
+        "unit": funnel.get("unit"),
+        "input": total,
+        "kept": int(funnel["kept"]),
+        "kept_share": _ratio(int(funnel["kept"]), total),
+        "dropped": _reasons(funnel.get("dropped", {}), total),
+    }
+
+
+def image_fetch_section(acc: StatsAccumulator, manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """Fetch outcomes per image: images in the shards succeeded; a failure is
+    an image removed from its document (``meta.image_failures``) or a record
+    dropped with a fetch reason (one image each: a pair without its image)."""
+    failures = collections.Counter(acc.image_failures)
+    for reason, count in (manifest.get("funnel") or {}).get("dropped", {}).items():
+        if is_fetch_reason(reason):
+            failures[reason] += int(count)
+    failed = sum(failures.values())
+    attempted = acc.images + failed
+    section = {
+        "attempted": attempted,
+        "fetched": acc.images,
+        "failed": failed,
+        "success_rate": _ratio(acc.images, attempted),
+        "failures": _reasons(failures, attempted),
+    }
+    if "images" in manifest:  # the build's own fetch accounting, when it keeps one
+        section["manifest"] = manifest["images"]
+    return section
+
+
+def finalize(acc: StatsAccumulator, manifest: Mapping[str, Any], whole_build: bool = True) -> dict[str, Any]:
+    """The ``stats.json`` document for a build with ``manifest``.
+
+    Statistics of only some of a build's shards (``whole_build=False``) leave
+    out the funnel and the image fetch outcomes, which belong to the build.
+    """
+    incomplete = acc.finish_partial()
+    corpus = manifest.get("corpus")
+    reference = VILA_TABLE2.get(corpus)
+    return {
+        "stats_version": STATS_VERSION,
+        "corpus": corpus,
+        "seq_len": manifest.get("seq_len"),
+        "tokens_per_image": manifest.get("tokens_per_image"),
+        "totals": {
+            "documents": acc.documents,
+            "images": acc.images,
+            "tokens": acc.tokens,
+            "text_tokens": acc.text_tokens,
+            "image_tokens": acc.image_tokens,
+            "special_tokens": acc.special_tokens,
+            "padding_tokens": acc.padding_tokens,
+        },
+        "text_tokens_per_image": _ratio(acc.text_tokens, acc.images),
+        "images_per_document": distribution(acc.images_per_document),
+        "text_tokens_per_document": distribution(acc.text_tokens_per_document),
+        "packing": {
+            "sequences": acc.sequences,
+            "pieces": acc.pieces,
+            "documents_per_sequence": distribution(acc.documents_per_sequence),
+            "non_padding_fraction": _ratio(acc.tokens - acc.padding_tokens, acc.tokens),
+            "split_documents": acc.split_documents,
+            "split_fraction": _ratio(acc.split_documents, acc.documents),
+            "incomplete_documents": incomplete,
+        },
+        "scope": "build" if whole_build else "shards",
+        "funnel": funnel_section(manifest.get("funnel")) if whole_build else None,
+        "scores": {name: distribution(counts, SCORE_SCALE) for name, counts in sorted(acc.scores.items())},
+        "image_fetch": image_fetch_section(acc, manifest) if whole_build else None,
+        "reference": {"source": VILA_SOURCE, "values": reference} if reference else None,
+    }
+
+
+# ── from finished shards ─────────────────────────────────────────────────────
+
+
+class StatsInputError(ValueError):
+    """The path given is not a build, a manifest or a shard."""
+
+
+def resolve(path: str) -> tuple[dict[str, Any], list[str]]:
+    """The manifest and shard paths of a build directory, a ``manifest.json``
+    or one shard (whose build's manifest sits beside it)."""
+    from corpora.manifest import MANIFEST
+
+    if os.path.isdir(path):
+        manifest_path, shard_paths = os.path.join(path, MANIFEST), None
+    elif os.path.isfile(path) and path.endswith(".tar"):
+        manifest_path, shard_paths = os.path.join(os.path.dirname(os.path.abspath(path)), MANIFEST), [path]
+    elif os.path.isfile(path):
+        manifest_path, shard_paths = path, None
+    else:
+        raise StatsInputError(f"not found: {path}")
+    if not os.path.isfile(manifest_path):
+        raise StatsInputError(f"no {MANIFEST} in {os.path.dirname(manifest_path) or '.'}")
+    try:
+        with open(manifest_path, encoding="utf-8") as handle:
+            manifest = json.load(handle)
+        if not isinstance(manifest, dict):
+            raise ValueError("not a JSON object")
+        TokenIds.from_manifest(manifest)
+        listed = [s["path"] for s in manifest["shards"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StatsInputError(f"not a corpora manifest: {manifest_path} ({exc})") from None
+    if shard_paths is None:
+        base = os.path.dirname(os.path.abspath(manifest_path))
+        shard_paths = [os.path.join(base, name) for name in listed]
+    for shard in shard_paths:
+        if not os.path.isfile(shard):
+            raise StatsInputError(f"shard listed in the manifest is missing: {shard}")
+    return manifest, shard_paths
+
+
+def iter_samples(shard_paths: Iterable[str]) -> Iterator[dict[str, Any]]:
+    # corpora.reader (the shard reader API) replaces this once merged.
+    from corpora.shards import iter_tar_samples
+
+    for shard in shard_paths:
+        with open(shard, "rb") as stream:
+            yield from iter_tar_samples(stream)
+
+
+def stats_from_shards(path: str, progress: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
+    """Recompute a build's statistics from its finished shards."""
+    import tarfile
+
+    manifest, shard_paths = resolve(path)
+    listed = [s["path"] for s in manifest["shards"]]
+    whole_build = [os.path.basename(p) for p in shard_paths] == listed
+    ids = TokenIds.from_manifest(manifest)
+    acc = StatsAccumulator()
+    for number, shard in enumerate(shard_paths, 1):
+        if progress is not None:
+            progress(number, len(shard_paths), shard)
+        try:
+            for sample in iter_samples([shard]):
+                acc.add(sequence_values(sample["input_ids"], sample["segment_ids"],
+                                        sample.get("json", {}).get("documents", []), ids))
+        except (tarfile.TarError, KeyError, ValueError, OSError) as exc:
+            raise StatsInputError(f"unreadable shard {shard}: {exc}") from None
+    return finalize(acc, manifest, whole_build)
+
+
+def stats_json(stats: Mapping[str, Any]) -> str:
+    return json.dumps(stats, indent=2, sort_keys=True) + "\n"
+
+
+# ── the terminal table ───────────────────────────────────────────────────────
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}"
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}%"
+
+
+def format_table(stats: Mapping[str, Any]) -> str:
+    """A compact plain-text view of ``stats`` (``corpora stats``)."""
+    totals, packing = stats["totals"], stats["packing"]
+    reference = (stats.get("reference") or {}).get("values", {})
+    rows: list[tuple[str, str, str]] = [
+        ("documents", _fmt(totals["documents"]), ""),
+        ("images", _fmt(totals["images"]), ""),
+        ("text tokens", _fmt(totals["text_tokens"]), ""),
+        ("image-slot tokens", _fmt(totals["image_tokens"]), ""),
+        ("BOS/EOS tokens", _fmt(totals["special_tokens"]), ""),
+        ("padding tokens", _fmt(totals["padding_tokens"]), ""),
+        ("text tokens per image", _fmt(stats["text_tokens_per_image"]),
+         _fmt(reference["text_tokens_per_image"]) if "text_tokens_per_image" in reference else ""),
+    ]
+
+    def dist_row(label: str, dist: Mapping[str, Any] | None, ref: Any = None, digits: int = 1) -> None:
+        if dist is None:
+            rows.append((label, "–", _fmt(ref) if ref is not None else ""))
+            return
+        rows.append((label, f"mean {_fmt(dist['mean'], digits)}  median {_fmt(dist['median'], digits)}  "
+                            f"p5 {_fmt(dist['p5'], digits)}  p95 {_fmt(dist['p95'], digits)}",
+                     _fmt(ref) if ref is not None else ""))
+
+    dist_row("images per document", stats["images_per_document"], reference.get("images_per_document"))
+    dist_row("text tokens per document", stats["text_tokens_per_document"])
+    rows.append(("sequences", _fmt(packing["sequences"]), ""))
+    dist_row("documents per sequence", packing["documents_per_sequence"])
+    rows.append(("non-padding fraction", _pct(packing["non_padding_fraction"]), ""))
+    rows.append(("documents split", f"{_fmt(packing['split_documents'])} ({_pct(packing['split_fraction'])})", ""))
+    for name, dist in stats["scores"].items():
+        dist_row(f"score {name}", dist, digits=3)
+    fetch = stats.get("image_fetch")
+    if fetch:
+        rows.append(("image fetch success", f"{_pct(fetch['success_rate'])} of {_fmt(fetch['attempted'])}", ""))
+        for failure in fetch["failures"]:
+            rows.append((f"  failed {failure['reason']}", f"{_fmt(failure['count'])} ({_pct(failure['share'])})",
+                         ""))
+    funnel = stats.get("funnel")
+    if funnel:
+        rows.append((f"funnel input ({funnel['unit']}s)", _fmt(funnel["input"]), ""))
+        for drop in funnel["dropped"]:
+            rows.append((f"  dropped {drop['reason']}", f"{_fmt(drop['count'])} ({_pct(drop['share'])})", ""))
+        rows.append(("  kept", f"{_fmt(funnel['kept'])} ({_pct(funnel['kept_share'])})", ""))
+    width = max(len(r[0]) for r in rows)
+    value_width = max(len(r[1]) for r in rows)
+    scope = "" if stats.get("scope", "build") == "build" else " (some shards only: no funnel, no fetch outcomes)"
+    lines = [f"{stats['corpus']}: seq_len {stats['seq_len']}, {stats['tokens_per_image']} tokens per image{scope}"]
+    if reference:
+        lines.append(f"{'':<{width}}  {'':<{value_width}}  VILA")
+    for label, value, ref in rows:
+        lines.append(f"{label:<{width}}  {value:<{value_width}}  {ref}".rstrip())
+    if reference:
+        lines.append(f"VILA: {stats['reference']['source']}")
+    return "\n".join(lines)
