@@ -14,6 +14,7 @@ import tempfile
 
 import click
 
+from cli import fetch_options
 from corpora import catalog
 from corpora import settings as build_settings
 
@@ -36,6 +37,18 @@ def _check_tokenizer(path: str) -> None:
         spm.SentencePieceProcessor(model_file=path)
     except (OSError, RuntimeError) as exc:
         raise UsageFailure(f"tokenizer is not a readable SentencePiece model: {path} ({str(exc).splitlines()[0]})")
+
+
+def _check_failures_file(path: str) -> str:
+    from corpora.accounting import read_failure_urls
+
+    if "://" not in path:
+        path = os.path.abspath(path)
+    try:
+        read_failure_urls(path)
+    except Exception as exc:  # missing file, not parquet, no url column
+        raise UsageFailure(f"cannot read failures file {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    return path
 
 
 def resolve_inputs(inputs: tuple[str, ...], spec: catalog.CorpusSpec) -> tuple[str, ...]:
@@ -106,9 +119,11 @@ def list_corpora() -> None:
 @click.option("--allow-private-urls", is_flag=True,
               help="Fetch from loopback, private and link-local addresses (refused by default).")
 @click.option("--smoke", is_flag=True, help="Laptop-sized settings: seq_len 256, 16 tokens per image, 64 px.")
+@fetch_options.fetch_options
 @click.argument("beam_args", nargs=-1, type=click.UNPROCESSED)
 def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_token_id, pad_id, image_size,
-          resize_mode, samples_per_shard, pack_groups, workers, runner, allow_private_urls, smoke, beam_args):
+          resize_mode, samples_per_shard, pack_groups, workers, runner, allow_private_urls, smoke, beam_args,
+          **fetch_flags):
     """Build CORPUS into WebDataset shards plus manifest.json.
 
     Beam pipeline options go after `--`, e.g. `-- --direct_running_mode=multi_threading`.
@@ -125,6 +140,8 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
         inputs = (materialize_sample(tempfile.mkdtemp(prefix="corpora-sample-")),)
         click.echo(f"No --input given: building the bundled sample corpus ({inputs[0]})")
     inputs = resolve_inputs(tuple(inputs), spec)
+    if fetch_flags["fetch_retry_failures"]:
+        fetch_flags["fetch_retry_failures"] = _check_failures_file(fetch_flags["fetch_retry_failures"])
     if "://" not in output:
         output = os.path.abspath(output)
     try:
@@ -135,6 +152,7 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
         )
         settings = settings.replace(fetch=dataclasses.replace(
             settings.fetch, image_size=image_size, resize_mode=resize_mode, allow_private_urls=allow_private_urls))
+        settings = settings.replace(fetch=fetch_options.apply(settings.fetch, fetch_flags))
         if smoke:
             settings = build_settings.smoke(settings)
     except ValueError as exc:
@@ -167,6 +185,12 @@ def _print_summary(manifest: dict) -> None:
     click.echo(f"Funnel ({funnel['unit']}s): input {funnel['input']}, kept {funnel['kept']}")
     for reason, count in sorted(funnel["dropped"].items(), key=lambda kv: -kv[1]):
         click.echo(f"  dropped {reason}: {count}")
+    images = manifest.get("images")
+    if images:
+        click.echo(f"Images: {images['input']} fetched, {images['ok']} ok"
+                   + "".join(f", {reason} {n}" for reason, n in sorted(images["failed"].items(), key=lambda kv: -kv[1])))
+        if images["failed"]:
+            click.echo(f"  failed URLs: {images['failures_file']} (rebuild them with --retry-failures)")
 
 
 @cli.command()

@@ -91,6 +91,7 @@ class FetchSettings:
     respect_opt_out: bool = True
     decode_threads: int = 0  # 0: one per core
     retry_failures: str | None = None  # a failures.parquet: fetch only the records holding these URLs
+    retry_reasons: tuple[str, ...] = ()  # …only the URLs that failed for these reasons (empty: all)
     progress_interval: float = 10.0  # seconds between progress lines on stderr; 0: none
 
     def __post_init__(self) -> None:

@@ -18,7 +18,7 @@ Fault modes (one per failure an image fetch must name):
   /noai/<name>.jpg                    X-Robots-Tag: noai; the body follows after 3 s
   /slow/<seconds>/<name>.jpg          the image after <seconds> (for concurrency caps)
 The server counts requests in flight and open connections and keeps the
-maximum of each (``max_active``, ``max_connections``).
+maximum of each (``max_active``, ``max_connections``), and connections opened (``opened``).
 Tests can add routes with ``server.route(path, handler)`` where the handler
 takes the request handler and writes the whole response.
 """
@@ -69,6 +69,7 @@ class ImageServer:
         self.max_active = 0
         self.connections = 0
         self.max_connections = 0
+        self.opened = 0
         self.noai_body_sent = False
         self._seen: set[str] = set()
         self._lock = threading.Lock()
@@ -84,6 +85,7 @@ class ImageServer:
                 super().setup()
                 with server._lock:
                     server.connections += 1
+                    server.opened += 1
                     server.max_connections = max(server.max_connections, server.connections)
 
             def finish(self) -> None:

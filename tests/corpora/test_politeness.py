@@ -1,0 +1,38 @@
+import math
+
+import pytest
+
+from corpora.politeness import HostPolicy
+
+
+def test_concurrency_cap_per_host_and_independent_hosts():
+    policy = HostPolicy(max_concurrent=2, rate=0)
+    assert [policy.try_acquire("a", 0.0) for _ in range(3)] == [0.0, 0.0, math.inf]
+    assert policy.try_acquire("b", 0.0) == 0.0  # another host is not held back by "a"
+    policy.release("a")
+    assert policy.try_acquire("a", 0.0) == 0.0
+    assert policy.in_flight("a") == 2
+
+
+def test_rate_limit_spaces_request_starts():
+    policy = HostPolicy(max_concurrent=100, rate=4.0)
+    starts = [policy.try_acquire("a", 0.0) for _ in range(4)]  # one second's worth starts at once
+    assert starts == [0.0] * 4
+    assert policy.try_acquire("a", 0.0) == pytest.approx(0.25)
+    assert policy.try_acquire("a", 0.25) == 0.0
+    assert policy.try_acquire("a", 0.25) == pytest.approx(0.25)
+
+
+def test_pause_holds_a_host_until_its_time():
+    policy = HostPolicy(max_concurrent=4, rate=0)
+    policy.pause("a", until=5.0)
+    assert policy.try_acquire("a", 1.0) == pytest.approx(4.0)
+    assert policy.try_acquire("b", 1.0) == 0.0
+    assert policy.try_acquire("a", 5.0) == 0.0
+
+
+def test_rejects_nonsense_limits():
+    with pytest.raises(ValueError):
+        HostPolicy(max_concurrent=0)
+    with pytest.raises(ValueError):
+        HostPolicy(rate=-1)
