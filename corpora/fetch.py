@@ -466,10 +466,26 @@ _RESIZERS: dict[FetchSettings, Callable] = {}
 _RESIZER_LOCK = threading.Lock()
 
 
+class _NoSuppress:
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
 def _resizer(settings: FetchSettings):
     resizer = _RESIZERS.get(settings)
     if resizer is None:
+        import img2dataset.resizer
         from img2dataset.resizer import ResizeMode, Resizer
+
+        # The resizer silences OpenCV by dup2-ing /dev/null over fds 1 and 2 and
+        # back. That is process-wide: from several decode threads at once, one
+        # thread saves the other's /dev/null and "restores" it, and the worker's
+        # stdout and stderr stay silenced for good. Truncated JPEGs, the warning
+        # it hides, are refused before the resizer sees them (_jpeg_complete).
+        img2dataset.resizer.SuppressStdoutStderr = _NoSuppress
 
         with _RESIZER_LOCK:
             resizer = _RESIZERS.setdefault(settings, Resizer(

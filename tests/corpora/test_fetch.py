@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
 import time
 
 import numpy as np
@@ -296,3 +297,16 @@ def test_select_for_retry():
     assert fetch.select_for_retry(pair("u"), {"u"}).id == "d1"
     dropped = fetch.select_for_retry(pair("v"), {"u"})
     assert isinstance(dropped, Drop) and dropped.reason == "not_in_retry_list"
+
+
+def test_concurrent_decoding_leaves_stdout_and_stderr_alone():
+    # img2dataset's resizer dup2()s /dev/null over fds 1 and 2; from several
+    # decode threads at once that used to leave the process silenced for good.
+    import concurrent.futures
+
+    data = image_bytes(300, 200, "race")
+    before = [os.fstat(fd).st_ino for fd in (1, 2)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: process_image(data, FAST), range(200)))
+    assert all(r.reason is None for r in results)
+    assert [os.fstat(fd).st_ino for fd in (1, 2)] == before
