@@ -95,11 +95,12 @@ def peak_rss_mib() -> float:
 
 def run_ours(url_file: str, out: str, threads: int) -> dict:
     sys.path.insert(0, REPO)
-    from corpora.fetch import Fetcher, FetchSettings
+    from corpora.fetch import Fetcher, FetchSettings, _resizer
 
     settings = FetchSettings(image_size=IMAGE_SIZE, resize_mode=RESIZE_MODE, jpeg_quality=QUALITY,
                              concurrency=threads, per_host_concurrency=threads, per_host_rate=0,
                              allow_private_urls=True, progress_interval=0, max_attempts=1)
+    _resizer(settings)  # import OpenCV/albumentations before the clock starts, as img2dataset's side does
     ok = failed = 0
     started = time.perf_counter()
     with open(url_file) as urls, Fetcher(settings) as fetcher, tarfile.open(os.path.join(out, "ours.tar"), "w") as tar:
