@@ -664,11 +664,13 @@ class Fetcher:
                 task = _Task(url, url)
                 queued.setdefault(_host_of(url), collections.deque()).append(task)
                 n_queued += 1
-            # Start what politeness allows.
+            # Start what politeness allows, and no more than decoding keeps up
+            # with: bodies waiting for a decode thread count against the limit,
+            # so memory stays flat when the network outpaces the CPU.
             next_wake = math.inf
             for host in list(queued):
                 tasks = queued[host]
-                while tasks and len(io_futures) < settings.concurrency:
+                while tasks and len(io_futures) + len(decode_futures) < settings.concurrency:
                     wait = self._hosts.try_acquire(host, now) if host else 0.0
                     if wait > 0:
                         next_wake = min(next_wake, now + wait)
