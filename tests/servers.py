@@ -17,6 +17,8 @@ Fault modes (one per failure an image fetch must name):
   /redirect?to=<url>                  redirects to <url>
   /noai/<name>.jpg                    X-Robots-Tag: noai; the body follows after 3 s
   /slow/<seconds>/<name>.jpg          the image after <seconds> (for concurrency caps)
+  /close/<name>.jpg                   the image, then the server closes the kept-alive connection
+``ImageServer(tls=(certfile, keyfile))`` serves https.
 The server counts requests in flight and open connections and keeps the
 maximum of each (``max_active``, ``max_connections``), and connections opened (``opened``).
 Tests can add routes with ``server.route(path, handler)`` where the handler
@@ -62,8 +64,9 @@ def png_header_bomb(width: int = 20000, height: int = 20000) -> bytes:
 
 
 class ImageServer:
-    def __init__(self, host: str = "127.0.0.1") -> None:
+    def __init__(self, host: str = "127.0.0.1", tls: tuple[str, str] | None = None) -> None:
         self.requests: list[str] = []
+        self.request_times: list[float] = []
         self.routes: dict[str, Callable] = {}
         self.active = 0
         self.max_active = 0
@@ -99,6 +102,7 @@ class ImageServer:
             def do_GET(self) -> None:
                 with server._lock:
                     server.requests.append(self.path)
+                    server.request_times.append(time.monotonic())
                     server.active += 1
                     server.max_active = max(server.max_active, server.active)
                 try:
@@ -185,6 +189,9 @@ class ImageServer:
                     time.sleep(3)
                     self.wfile.write(body)
                     server.noai_body_sent = True
+                elif kind == "close":  # keep-alive promised, then the server hangs up
+                    self.send_body(200, image_bytes(32, 32, name), "image/jpeg")
+                    self.close_connection = True
                 elif kind == "slow":
                     time.sleep(float(parts[1]))
                     self.send_body(200, image_bytes(32, 32, name), "image/jpeg")
@@ -205,12 +212,19 @@ class ImageServer:
         self.httpd = http.server.ThreadingHTTPServer((host, 0), Handler)
         self.httpd.daemon_threads = True
         self.httpd.handle_error = lambda request, client_address: None  # resets are part of the tests
+        if tls is not None:  # (certfile, keyfile): serve https
+            import ssl
+
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+        self.scheme = "https" if tls else "http"
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
     def base(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     def url(self, path: str) -> str:
         return self.base + path
@@ -225,3 +239,31 @@ class ImageServer:
     def __exit__(self, *exc) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def self_signed_cert(directory: str, host: str = "127.0.0.1") -> tuple[str, str]:
+    """A throwaway certificate and key for ``host`` (``cryptography`` comes with Beam)."""
+    import datetime
+    import ipaddress
+    import os
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]), critical=False)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
+    with open(cert_path, "wb") as handle:
+        handle.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(key_path, "wb") as handle:
+        handle.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+    return cert_path, key_path

@@ -14,7 +14,7 @@ from PIL import Image
 from corpora import fetch
 from corpora.fetch import FetchSettings, ImageOutcome, fetch_images, process_image
 from corpora.record import Document, Drop, ImageChunk, TextChunk
-from tests.servers import ImageServer, image_bytes
+from tests.servers import ImageServer, image_bytes, self_signed_cert
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -310,3 +310,39 @@ def test_concurrent_decoding_leaves_stdout_and_stderr_alone():
         results = list(pool.map(lambda _: process_image(data, FAST), range(200)))
     assert all(r.reason is None for r in results)
     assert [os.fstat(fd).st_ino for fd in (1, 2)] == before
+
+
+def test_a_pooled_connection_the_server_closed_is_replaced_within_the_attempt(server):
+    settings = dataclasses.replace(FAST, per_host_concurrency=1)
+    urls = [server.url(f"/close/{i}.jpg") for i in range(5)]
+    outcomes = fetch_images(urls, settings)
+    assert [(outcomes[u].reason, outcomes[u].attempts) for u in urls] == [(None, 1)] * 5
+    assert server.opened == 5  # each stale connection was noticed and replaced
+
+
+def test_per_host_rate_spaces_request_starts(server):
+    settings = dataclasses.replace(FAST, concurrency=16, per_host_concurrency=16, per_host_rate=5)
+    urls = [server.url(f"/img/8x8/{i}.jpg") for i in range(10)]
+    assert all(o.ok for o in fetch_images(urls, settings).values())
+    times = sorted(server.request_times)
+    # five start at once (one second's worth), the next five 0.2 s apart
+    assert times[-1] - times[0] >= 0.9
+    assert all(b - a >= 0.15 for a, b in zip(times[4:], times[5:]))
+
+
+def test_https_with_an_untrusted_certificate_is_a_tls_error(tmp_path):
+    with ImageServer(tls=self_signed_cert(str(tmp_path))) as https:
+        url = https.url("/img/8x8/a.jpg")
+        assert url.startswith("https://")
+        assert fetch_images([url], FAST)[url].reason == "tls_error"
+
+
+def test_https_to_the_pinned_address_verifies_the_host(tmp_path, monkeypatch):
+    import ssl
+
+    cert, key = self_signed_cert(str(tmp_path))
+    monkeypatch.setattr(fetch, "_SSL_CONTEXT", ssl.create_default_context(cafile=cert))  # trust the test CA
+    with ImageServer(tls=(cert, key)) as https:
+        url = https.url("/img/40x30/secure.jpg")
+        outcome = fetch_images([url], FAST)[url]
+        assert outcome.ok and (outcome.original_width, outcome.original_height) == (40, 30)
