@@ -57,7 +57,7 @@ TRANSIENT = frozenset({"connection_error", "http_5xx", "http_429"})
 
 # Every reason an image can fail with; the manifest's ``images.failed`` keys.
 REASONS = (
-    "bad_scheme", "bad_redirect", "blocked_address", "dns_error", "connection_error", "tls_error",
+    "bad_scheme", "bad_url", "bad_redirect", "blocked_address", "dns_error", "connection_error", "tls_error",
     "timeout", "too_many_redirects", "http_5xx", "http_429", "http_4xx (http_404, http_403, …)",
     "opted_out", "too_large", "empty_body", "not_image", "decode_error", "too_many_pixels",
     "too_small", "bad_aspect", "file_not_found", "file_error", "not_in_retry_list",
@@ -359,18 +359,27 @@ def _read_file_url(url: str, settings: FetchSettings) -> _Attempt:
         return _Attempt(reason="file_error", detail=str(exc))
 
 
+# Characters left as they are when a URL's path and query are percent-encoded
+# for the request line (web URL lists hold raw spaces and non-ASCII text).
+_URL_SAFE = "/?#[]@!$&'()*+,;=:%~-._"
+
+
 def _http_attempt(url: str, settings: FetchSettings, pool: ConnectionPool, dns: _DnsCache) -> _Attempt:
     parts = urllib.parse.urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
-        addresses = dns.resolve(parts.hostname, port)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        host = parts.hostname.encode("idna").decode("ascii")
+    except (ValueError, UnicodeError) as exc:
+        return _Attempt(reason="bad_url", detail=str(exc))
+    try:
+        addresses = dns.resolve(host, port)
     except (socket.gaierror, UnicodeError, OSError) as exc:
         return _Attempt(reason="dns_error", detail=str(exc))
     blocked = [a for a in addresses if not address_allowed(a, settings)]
     if blocked:
         return _Attempt(reason="blocked_address", detail=blocked[0])
-    key = (parts.scheme, parts.hostname, port, addresses[0])
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    key = (parts.scheme, host, port, addresses[0])
+    target = urllib.parse.quote((parts.path or "/") + (f"?{parts.query}" if parts.query else ""), safe=_URL_SAFE)
     headers = {"User-Agent": settings.user_agent, "Accept": "image/*,*/*;q=0.8", "Accept-Encoding": "identity"}
     started = time.monotonic()
     deadline = started + settings.total_timeout
@@ -378,7 +387,7 @@ def _http_attempt(url: str, settings: FetchSettings, pool: ConnectionPool, dns: 
     reused = conn is not None
     while True:
         if conn is None:
-            args = (parts.hostname, port, addresses[0], settings.read_timeout, settings.connect_timeout)
+            args = (host, port, addresses[0], settings.read_timeout, settings.connect_timeout)
             if parts.scheme == "https":
                 conn = _PinnedHTTPSConnection(*args, context=_SSL_CONTEXT)
             else:
@@ -449,10 +458,14 @@ def _classify(exc: BaseException) -> _Attempt:
 
 
 def _attempt(url: str, settings: FetchSettings, pool: ConnectionPool, dns: _DnsCache) -> _Attempt:
-    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as exc:
+        return _Attempt(reason="bad_url", detail=str(exc))
+    scheme = parts.scheme.lower()
     if scheme in ("http", "https"):
-        if not urllib.parse.urlsplit(url).hostname:
-            return _Attempt(reason="bad_scheme", detail="no host")
+        if not parts.hostname:
+            return _Attempt(reason="bad_url", detail="no host")
         return _http_attempt(url, settings, pool, dns)
     if scheme == "file" or (scheme == "" and url.startswith("/")):
         return _read_file_url(url, settings)
@@ -534,6 +547,13 @@ def process_image(data: bytes, settings: FetchSettings) -> ImageResult:
     Size, pixel-count and aspect checks read only the header, so a
     decompression bomb is refused before anything is decoded.
     """
+    try:
+        return _process_image(data, settings)
+    except Exception as exc:  # a corrupt header field (EXIF, ICC …) Pillow trips over
+        return ImageResult(reason="decode_error", detail=f"{type(exc).__name__}: {exc}")
+
+
+def _process_image(data: bytes, settings: FetchSettings) -> ImageResult:
     from PIL import Image
 
     if not data:

@@ -346,3 +346,20 @@ def test_https_to_the_pinned_address_verifies_the_host(tmp_path, monkeypatch):
         url = https.url("/img/40x30/secure.jpg")
         outcome = fetch_images([url], FAST)[url]
         assert outcome.ok and (outcome.original_width, outcome.original_height) == (40, 30)
+
+
+def test_raw_non_ascii_and_spaces_are_percent_encoded_and_bad_urls_named(server):
+    good = server.url("/img/20x20/café au lait.jpg")
+    bad_port = f"http://127.0.0.1:{server.port}0000/x.jpg"
+    outcomes = fetch_images([good, bad_port, "http:///nohost.jpg"], FAST)
+    assert outcomes[good].ok
+    assert "/img/20x20/caf%C3%A9%20au%20lait.jpg" in server.requests
+    assert outcomes[bad_port].reason == "bad_url" and outcomes["http:///nohost.jpg"].reason == "bad_url"
+
+
+def test_corrupt_image_data_is_a_decode_error():
+    data = bytearray(image_bytes(64, 64, "corrupt", "PNG"))
+    start = data.index(b"IDAT") + 4
+    data[start:start + 40] = b"\x55" * 40  # wreck the compressed pixels (and the chunk's CRC)
+    result = process_image(bytes(data), FAST)
+    assert result.reason == "decode_error" and result.detail
