@@ -158,8 +158,8 @@ def test_opted_out(tags, expected):
 
 
 def test_per_host_concurrency_cap_holds(server):
-    settings = dataclasses.replace(FAST, concurrency=16, per_host_concurrency=3)
-    urls = [server.url(f"/slow/0.5/{i}.jpg") for i in range(9)]
+    settings = dataclasses.replace(FAST, concurrency=16, per_host_concurrency=3, read_timeout=5, total_timeout=10)
+    urls = [server.url(f"/slow/0.5/{i}.jpg") for i in range(9)]  # read_timeout below is 5 s
     outcomes = fetch_images(urls, settings)
     assert all(o.ok for o in outcomes.values())
     assert server.max_active == 3  # reached, never exceeded
