@@ -73,7 +73,6 @@ class ImageServer:
         self.connections = 0
         self.max_connections = 0
         self.opened = 0
-        self.noai_body_sent = False
         self._seen: set[str] = set()
         self._lock = threading.Lock()
         server = self
@@ -188,7 +187,6 @@ class ImageServer:
                     self.wfile.flush()
                     time.sleep(3)
                     self.wfile.write(body)
-                    server.noai_body_sent = True
                 elif kind == "close":  # keep-alive promised, then the server hangs up
                     self.send_body(200, image_bytes(32, 32, name), "image/jpeg")
                     self.close_connection = True
