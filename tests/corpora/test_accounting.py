@@ -23,3 +23,11 @@ def test_read_failure_urls_filters_by_reason(tmp_path):
     ], schema=failure_schema()), path)
     assert read_failure_urls(path) == {"a", "b"}
     assert read_failure_urls(path, ["timeout"]) == {"a"}
+
+
+def test_docstring_examples():
+    import doctest
+
+    from corpora import accounting
+
+    assert doctest.testmod(accounting).failed == 0

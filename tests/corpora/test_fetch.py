@@ -375,3 +375,9 @@ def test_corrupt_image_data_is_a_decode_error():
     data[start:start + 40] = b"\x55" * 40  # wreck the compressed pixels (and the chunk's CRC)
     result = process_image(bytes(data), FAST)
     assert result.reason == "decode_error" and result.detail
+
+
+def test_docstring_examples():
+    import doctest
+
+    assert doctest.testmod(fetch).failed == 0

@@ -36,3 +36,11 @@ def test_rejects_nonsense_limits():
         HostPolicy(max_concurrent=0)
     with pytest.raises(ValueError):
         HostPolicy(rate=-1)
+
+
+def test_docstring_examples():
+    import doctest
+
+    from corpora import politeness
+
+    assert doctest.testmod(politeness).failed == 0
