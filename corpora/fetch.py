@@ -670,8 +670,12 @@ class Fetcher:
             return task.url, ImageOutcome(task.url, reason=result.reason, status=result.status,
                                           attempts=task.attempts, detail=result.detail)
 
+        forgotten_at = time.monotonic()
         while True:
             now = time.monotonic()
+            if now - forgotten_at > 30:  # per-host state of idle hosts: memory flat over millions of hosts
+                self._hosts.forget_idle(now)
+                forgotten_at = now
             while waiting and waiting[0][0] <= now:
                 task = heapq.heappop(waiting)[2]
                 queued.setdefault(_host_of(task.current), collections.deque()).append(task)

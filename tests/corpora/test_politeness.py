@@ -44,3 +44,17 @@ def test_docstring_examples():
     from corpora import politeness
 
     assert doctest.testmod(politeness).failed == 0
+
+
+def test_idle_hosts_are_forgotten_once_their_bucket_is_full_again():
+    policy = HostPolicy(max_concurrent=2, rate=2.0)
+    for host in ("a", "b"):
+        assert policy.try_acquire(host, 0.0) == 0.0
+        policy.release(host)
+    policy.pause("c", until=10.0)
+    policy.forget_idle(0.1)
+    assert set(policy._hosts) == {"a", "b", "c"}  # buckets not yet refilled; c paused
+    policy.forget_idle(1.0)
+    assert set(policy._hosts) == {"c"}
+    policy.forget_idle(10.0)
+    assert policy._hosts == {}
