@@ -35,7 +35,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")

@@ -55,12 +55,12 @@ RESIZE_MODES = ("no", "border", "keep_ratio", "keep_ratio_largest", "center_crop
 OPT_OUT_DIRECTIVES = frozenset({"noai", "noimageai", "noindex", "noimageindex"})
 TRANSIENT = frozenset({"connection_error", "http_5xx", "http_429"})
 
-# Every reason an image can fail with; the manifest's ``images.failed`` keys.
+# Every reason an image can fail with (the manifest's ``images.failed`` keys),
+# besides ``http_<status>`` for any other non-2xx status (``http_404`` …).
 REASONS = (
     "bad_scheme", "bad_url", "bad_redirect", "blocked_address", "dns_error", "connection_error", "tls_error",
-    "timeout", "too_many_redirects", "http_5xx", "http_429", "http_4xx (http_404, http_403, …)",
-    "opted_out", "too_large", "empty_body", "not_image", "decode_error", "too_many_pixels",
-    "too_small", "bad_aspect", "file_not_found", "file_error", "not_in_retry_list",
+    "timeout", "too_many_redirects", "http_5xx", "http_429", "opted_out", "too_large", "empty_body",
+    "not_image", "decode_error", "too_many_pixels", "too_small", "bad_aspect", "file_not_found", "file_error",
 )
 
 

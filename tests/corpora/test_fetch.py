@@ -381,3 +381,15 @@ def test_docstring_examples():
     import doctest
 
     assert doctest.testmod(fetch).failed == 0
+
+
+def test_docs_list_every_reason():
+    import re
+
+    from tests.helpers import REPO
+
+    with open(os.path.join(REPO, "docs", "fetch.md"), encoding="utf-8") as handle:
+        table = [line for line in handle if line.startswith("| `")]
+    documented = {name for line in table for name in re.findall(r"`([a-z_0-9]+)`", line.split("|")[1])}
+    assert set(fetch.REASONS) <= documented
+    assert {r for r in FAULTS.values() if r} <= documented

@@ -5,7 +5,6 @@ progress through the CLI."""
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import pyarrow.parquet as pq
 import pytest
