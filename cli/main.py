@@ -14,6 +14,7 @@ import tempfile
 
 import click
 
+from cli import fetch_options
 from corpora import catalog
 from corpora import settings as build_settings
 
@@ -36,6 +37,18 @@ def _check_tokenizer(path: str) -> None:
         spm.SentencePieceProcessor(model_file=path)
     except (OSError, RuntimeError) as exc:
         raise UsageFailure(f"tokenizer is not a readable SentencePiece model: {path} ({str(exc).splitlines()[0]})")
+
+
+def _check_failures_file(path: str) -> str:
+    from corpora.accounting import read_failure_urls
+
+    if "://" not in path:
+        path = os.path.abspath(path)
+    try:
+        read_failure_urls(path)
+    except Exception as exc:  # missing file, not parquet, no url column
+        raise UsageFailure(f"cannot read failures file {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    return path
 
 
 def resolve_inputs(inputs: tuple[str, ...], spec: catalog.CorpusSpec) -> tuple[str, ...]:
@@ -134,8 +147,6 @@ def list_corpora() -> None:
 @click.option("--max-nsfw", type=float, default=None, help="coyo: drop rows where either NSFW score is above this.")
 @click.option("--min-size", type=click.IntRange(0), default=None,
               help="coyo: drop rows whose upstream width or height is below this.")
-@click.option("--max-aspect-ratio", type=float, default=None,
-              help="coyo: drop rows whose upstream longer/shorter side is above this.")
 @click.option("--reassign", is_flag=True, default=None,
               help="mmc4*: recompute matched_text_index/matched_sim from similarity_matrix (linear assignment).")
 @click.option("--min-sim", type=float, default=None,
@@ -151,10 +162,11 @@ def list_corpora() -> None:
 @click.option("--languages", default=None, help="wit: comma-separated language codes to keep, e.g. en,de.")
 @click.option("--with-context", is_flag=True, default=None,
               help="wit: put page_title and context_section_description before the caption.")
+@fetch_options.fetch_options
 @click.argument("beam_args", nargs=-1, type=click.UNPROCESSED)
 def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_token_id, pad_id, image_size,
           resize_mode, samples_per_shard, pack_groups, pack, workers, runner, allow_private_urls, smoke, beam_args,
-          **corpus_flags):
+          **flags):
     """Build CORPUS into WebDataset shards plus manifest.json.
 
     Beam pipeline options go after `--`, e.g. `-- --direct_running_mode=multi_threading`.
@@ -173,6 +185,14 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
     inputs = resolve_inputs(tuple(inputs), spec)
     if "://" not in output:
         output = os.path.abspath(output)
+    fetch_flags = {name: value for name, value in flags.items() if name.startswith("fetch_")}
+    corpus_flags = {name: value for name, value in flags.items() if name not in fetch_flags}
+    if fetch_flags["fetch_retry_failures"]:
+        fetch_flags["fetch_retry_failures"] = _check_failures_file(fetch_flags["fetch_retry_failures"])
+    if fetch_flags["fetch_max_aspect_ratio"] is not None and "max_aspect_ratio" in build_settings.CORPUS_OPTIONS[corpus]:
+        # one flag, checked twice: on the source's own width/height before any download (coyo),
+        # and on the decoded image
+        corpus_flags["max_aspect_ratio"] = fetch_flags["fetch_max_aspect_ratio"]
     known = {name for names in build_settings.CORPUS_OPTIONS.values() for name in names}
     if set(corpus_flags) - known:  # a build option added to the decorators but not to the signature
         raise RuntimeError(f"build options not mapped onto settings: {sorted(set(corpus_flags) - known)}")
@@ -192,6 +212,7 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
         )
         settings = settings.replace(fetch=dataclasses.replace(
             settings.fetch, image_size=image_size, resize_mode=resize_mode, allow_private_urls=allow_private_urls))
+        settings = settings.replace(fetch=fetch_options.apply(settings.fetch, fetch_flags))
         if smoke:
             settings = build_settings.smoke(settings)
     except ValueError as exc:
@@ -229,6 +250,12 @@ def _print_summary(manifest: dict) -> None:
     for reason, count in sorted(funnel["dropped"].items(), key=lambda kv: -kv[1]):
         click.echo(f"  dropped {reason}: {count}")
     click.echo("Statistics: stats.json (`corpora stats DIR`, `corpora report DIR`)")
+    images = manifest.get("images")
+    if images:
+        click.echo(f"Images: {images['input']} fetched, {images['ok']} ok"
+                   + "".join(f", {reason} {n}" for reason, n in sorted(images["failed"].items(), key=lambda kv: -kv[1])))
+        if images["failed"]:
+            click.echo(f"  failed URLs: {images['failures_file']} (rebuild them with --retry-failures)")
 
 
 @cli.command()

@@ -6,6 +6,7 @@ import datetime
 from typing import Any, Iterable
 
 from corpora import FORMAT, __version__
+from corpora.accounting import image_summary
 from corpora.catalog import get as get_corpus
 from corpora.funnel import make_funnel
 from corpora.settings import BuildSettings
@@ -22,6 +23,7 @@ def build_manifest(
     input_count: int,
     kept: int,
     dropped: dict[str, int],
+    images: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """The manifest of a finished build; raises if the funnel does not balance."""
     shard_list = sorted(shard_infos, key=lambda s: s["index"])
@@ -35,7 +37,7 @@ def build_manifest(
         "images": sum(s["images"] for s in shard_list),
         "bytes": sum(s["bytes"] for s in shard_list),
     }
-    return {
+    manifest = {
         "format": FORMAT,
         "corpora_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -59,4 +61,7 @@ def build_manifest(
         "totals": totals,
         "funnel": make_funnel(get_corpus(settings.corpus).unit, input_count, kept, dropped),
     }
+    if images is not None:  # every image that reached the fetch stage: ok or one reason
+        manifest["images"] = image_summary(images)
+    return manifest
 

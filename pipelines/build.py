@@ -19,6 +19,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from corpora import catalog
+from corpora.accounting import FAILURES, failure_schema, first_failure
 from corpora.manifest import MANIFEST, build_manifest
 from corpora.settings import BuildSettings
 from corpora.tokenize import Tokenizer
@@ -35,9 +36,24 @@ def _drop_counts(drops: beam.PCollection) -> beam.PCollection:
     )
 
 
+def write_failures(failures: beam.PCollection, settings: BuildSettings) -> beam.PCollection:
+    """``failures.parquet`` beside the shards: one row per failed URL (written even when empty)."""
+    return (
+        failures
+        | "FailureByUrl" >> beam.Map(lambda row: (row["url"], row))
+        | "OneRowPerUrl" >> beam.CombinePerKey(first_failure)
+        | "FailureRows" >> beam.Values()
+        | "WriteFailures" >> beam.io.WriteToParquet(
+            FileSystems.join(settings.output, FAILURES), failure_schema(),
+            num_shards=1, shard_name_template="")
+    )
+
+
 def write_manifest(_, settings: BuildSettings, tokenizer: Tokenizer, shard_infos: list[dict],
-                   input_counts: int, kept: int, dropped: list[tuple[str, int]]) -> dict[str, Any]:
-    manifest = build_manifest(settings, tokenizer.info, shard_infos, input_counts, kept, dict(dropped))
+                   input_counts: int, kept: int, dropped: list[tuple[str, int]],
+                   images: list[tuple[str, int]] = (), failure_files: list[str] = ()) -> dict[str, Any]:
+    manifest = build_manifest(settings, tokenizer.info, shard_infos, input_counts, kept, dict(dropped),
+                              images=dict(images))
     final = FileSystems.join(settings.output, MANIFEST)
     temporary = final + ".tmp"
     with FileSystems.create(temporary) as stream:
@@ -66,13 +82,16 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
         docs
         | "Spread" >> beam.Reshuffle()
         | "Batch" >> beam.BatchElements(min_batch_size=8, max_batch_size=256)
-        | "Fetch" >> beam.ParDo(t.FetchImages(spec, settings.fetch)).with_outputs(t.DROPPED, main="docs")
+        | "Fetch" >> beam.ParDo(t.FetchImages(spec, settings.fetch)).with_outputs(
+            t.DROPPED, t.IMAGES, t.FAILURES, main="docs")
     )
     docs, drops = fetched.docs, drops + [fetched.dropped]
     if spec.layout is not None:
         laid_out = docs | "Layout" >> beam.ParDo(
             t.ApplyStage(spec.layout, settings, "layout")).with_outputs(t.DROPPED, main="docs")
         docs, drops = laid_out.docs, drops + [laid_out.dropped]
+    image_counts = fetched[t.IMAGES] | "SumImages" >> beam.CombinePerKey(sum)
+    failure_files = write_failures(fetched[t.FAILURES], settings)
     tokenized = docs | "Tokenize" >> beam.ParDo(t.Tokenize(tokenizer))
     packed = tokenized | "PackSequences" >> t.PackSequences(
         settings, tokenizer.info.pad_id, token_ids(tokenizer.info))
@@ -89,6 +108,8 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
             input_counts=beam.pvalue.AsSingleton(read.input | "SumInput" >> beam.CombineGlobally(sum)),
             kept=beam.pvalue.AsSingleton(packed["kept"] | "SumKept" >> beam.CombineGlobally(sum)),
             dropped=beam.pvalue.AsList(_drop_counts(drops)),
+            images=beam.pvalue.AsList(image_counts),
+            failure_files=beam.pvalue.AsList(failure_files),
         )
     )
     _ = manifest | "Stats" >> WriteStats(packed["sequence_stats"], settings.output)

@@ -6,7 +6,7 @@ counts, and routes drops to the ``dropped`` output. No business logic here.
 
 from __future__ import annotations
 
-import concurrent.futures
+import collections
 import itertools
 import logging
 import uuid
@@ -17,7 +17,9 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from corpora import fetch, pack, shards, stats
+from corpora.accounting import read_failure_urls
 from corpora.catalog import CorpusSpec
+from corpora.progress import Progress
 from corpora.record import Document, Drop, stable_hash
 from corpora.settings import BuildSettings
 from corpora.tokenize import Tokenizer, TokenizedDocument, tokenize_document
@@ -28,6 +30,8 @@ INPUT = "input"
 KEPT = "kept"
 COUNTS = "counts"
 SEQUENCE_STATS = "sequence_stats"
+IMAGES = "images"
+FAILURES = "failures"
 NAMESPACE = "corpora"
 
 _LOG = logging.getLogger(__name__)
@@ -61,29 +65,53 @@ class ReadSource(beam.DoFn):
 
 
 class FetchImages(beam.DoFn):
-    """Fetch the images of a batch of records with a pool of threads."""
+    """Fetch the images of a batch of records, many requests in flight.
+
+    Besides the records (and drops), emits on ``images`` an ``(outcome, n)``
+    per outcome (``ok`` or a reason) for every image that reached the stage,
+    and on ``failures`` one row per failed URL for ``failures.parquet``.
+    """
 
     def __init__(self, spec: CorpusSpec, settings: fetch.FetchSettings):
         self._spec = spec
         self._settings = settings
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._fetcher: fetch.Fetcher | None = None
+        self._retry: frozenset[str] | None = None
+        self._progress: Progress | None = None
 
     def setup(self) -> None:
-        self._pool = concurrent.futures.ThreadPoolExecutor(self._settings.concurrency)
+        self._fetcher = fetch.Fetcher(self._settings)
+        self._progress = Progress(self._settings.progress_interval)
+        if self._settings.retry_failures:
+            self._retry = read_failure_urls(self._settings.retry_failures, self._settings.retry_reasons)
 
     def teardown(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._fetcher is not None:
+            self._fetcher.close()
 
     def process(self, batch: list[Document]) -> Iterator:
-        assert self._pool is not None
-        urls = list(dict.fromkeys(img.url for doc in batch for img in doc.images if not img.fetched))
-        futures = {url: self._pool.submit(fetch.fetch_image, url, self._settings) for url in urls}
-        results = {url: future.result() for url, future in futures.items()}
-        for fetched, image in results.values():
-            reason = fetched.reason or (image.reason if image else None)
-            Metrics.counter(NAMESPACE, f"images.{reason or 'ok'}").inc()
+        assert self._fetcher is not None and self._progress is not None
+        docs = []
         for doc in batch:
+            selected = doc if self._retry is None else fetch.select_for_retry(doc, self._retry)
+            if isinstance(selected, Drop):
+                yield _route(selected, "fetch")
+            else:
+                docs.append(selected)
+        urls = dict.fromkeys(img.url for doc in docs for img in doc.images if not img.fetched)
+        results = {}
+        for url, outcome in self._fetcher.fetch(urls):
+            results[url] = outcome
+            self._progress.update(outcome.ok)
+            if not outcome.ok:
+                yield beam.pvalue.TaggedOutput(FAILURES, {
+                    "url": url, "reason": outcome.reason, "status": outcome.status, "attempts": outcome.attempts})
+        counts = collections.Counter(results[img.url].reason or "ok"
+                                     for doc in docs for img in doc.images if not img.fetched)
+        for outcome, count in counts.items():
+            Metrics.counter(NAMESPACE, f"images.{outcome}").inc(count)
+            yield beam.pvalue.TaggedOutput(IMAGES, (outcome, count))
+        for doc in docs:
             yield _route(fetch.attach_images(doc, results, self._spec.drop_on_image_failure), "fetch")
 
 

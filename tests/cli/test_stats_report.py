@@ -163,7 +163,8 @@ def independent_stats(directory: str) -> dict:
         "image_fetch": {"attempted": attempted, "fetched": totals["images"], "failed": sum(failures.values()),
                         "success_rate": totals["images"] / attempted,
                         "failures": [{"reason": r, "count": c, "share": c / attempted}
-                                     for r, c in sorted(failures.items())]},
+                                     for r, c in sorted(failures.items())]}
+        | ({"manifest": manifest["images"]} if "images" in manifest else {}),
         "reference": None,
     }
 
@@ -183,6 +184,10 @@ def test_stats_equal_an_independent_recomputation_and_the_builds_stats_json(buil
         from_build = json.load(handle)
     assert from_cli == from_build
     assert from_cli == expected
+    # the fetch stage's own accounting agrees with what the shards and the funnel show
+    images = load_manifest(output)["images"]
+    assert images["failed"] == {f["reason"]: f["count"] for f in expected["image_fetch"]["failures"]}
+    assert images["input"] == expected["image_fetch"]["attempted"]
 
 
 def test_stats_accepts_the_manifest_and_a_single_shard(built):

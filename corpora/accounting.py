@@ -1,0 +1,54 @@
+"""Per-image accounting: the manifest's ``images`` section and ``failures.parquet``.
+
+Every image that reaches the fetch stage ends as ``ok`` or as one named
+reason. The manifest says how many of each; ``failures.parquet`` beside the
+shards lists each failed URL (url, reason, HTTP status, attempts), so a later
+build can take exactly those URLs again (``corpora build … --retry-failures
+out/failures.parquet``).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+FAILURES = "failures.parquet"
+FAILURE_COLUMNS = ("url", "reason", "status", "attempts")
+
+
+def failure_schema():
+    import pyarrow as pa
+
+    return pa.schema([("url", pa.string()), ("reason", pa.string()),
+                      ("status", pa.int32()), ("attempts", pa.int32())])
+
+
+def image_summary(counts: Mapping[str, int]) -> dict:
+    """The manifest's ``images`` entry from counts by outcome (``ok`` or a reason).
+
+    >>> image_summary({"ok": 7, "http_404": 2, "timeout": 1, "opted_out": 0})
+    {'input': 10, 'ok': 7, 'failed': {'http_404': 2, 'timeout': 1}, 'failures_file': 'failures.parquet'}
+    """
+    ok = int(counts.get("ok", 0))
+    failed = {reason: int(n) for reason, n in sorted(counts.items()) if reason != "ok" and n}
+    return {"input": ok + sum(failed.values()), "ok": ok, "failed": failed, "failures_file": FAILURES}
+
+
+def first_failure(rows: Iterable[dict]) -> dict:
+    """One row per URL when a URL failed in several batches (deterministic pick)."""
+    return min(rows, key=lambda r: (r["reason"], r["status"] or 0, r["attempts"]))
+
+
+def read_failure_urls(path: str, reasons: Iterable[str] = ()) -> frozenset[str]:
+    """The URLs of a ``failures.parquet`` (local or any Beam filesystem),
+    optionally only those that failed for one of ``reasons``."""
+    import pyarrow.parquet as pq
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+        table = pq.read_table(stream, columns=["url", "reason"])
+    urls = table.column("url").to_pylist()
+    wanted = set(reasons)
+    if wanted:
+        return frozenset(u for u, r in zip(urls, table.column("reason").to_pylist()) if r in wanted)
+    return frozenset(urls)

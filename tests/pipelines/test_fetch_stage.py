@@ -1,0 +1,129 @@
+"""The fetch stage inside real Beam builds: per-image accounting in the
+manifest, failures.parquet, retrying exactly the failed URLs, the guard and
+progress through the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pyarrow.parquet as pq
+import pytest
+
+from corpora import settings as build_settings
+from corpora.accounting import FAILURES
+from pipelines.build import run_build
+from tests.helpers import load_manifest, read_tar, run_cli, write_jsonl
+from tests.servers import ImageServer, image_bytes
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+@pytest.fixture()
+def server():
+    with ImageServer() as srv:
+        yield srv
+
+
+def mmc4_lines(path: str, image_urls: list[str]) -> str:
+    rows = [{"url": f"https://page.example/{i}", "text_list": ["A cup of coffee.", "The cat sleeps."],
+             "image_info": [{"raw_url": url, "image_name": f"{i}.jpg", "matched_text_index": 1,
+                             "matched_sim": 0.3}]}
+            for i, url in enumerate(image_urls)]
+    return write_jsonl(path, rows)
+
+
+def smoke_settings(inputs: str, output: str, tokenizer: str, **fetch_changes) -> build_settings.BuildSettings:
+    settings = build_settings.smoke(build_settings.mmc4_pairs((inputs,), output, tokenizer=tokenizer))
+    fetch = dataclasses.replace(settings.fetch, allow_networks=("127.0.0.1/32",), read_timeout=2,
+                                backoff_base=0.05, progress_interval=0, **fetch_changes)
+    return settings.replace(fetch=fetch)
+
+
+def test_accounting_and_retrying_exactly_the_failed_urls(server, tokenizer_path, tmp_path):
+    healthy = {"now": False}
+
+    def flaky(handler):
+        if healthy["now"]:
+            handler.send_body(200, image_bytes(48, 48, "flaky"), "image/jpeg")
+        else:
+            handler.send_body(404, b"", "text/plain")
+
+    server.route("/flaky.jpg", flaky)
+    urls = [server.url("/img/80x60/a.jpg"), server.url("/img/70x70/b.jpg"), server.url("/flaky.jpg"),
+            server.url("/noai/n.jpg"), server.url("/text/page")]
+    inputs = mmc4_lines(str(tmp_path / "docs.jsonl"), urls)
+
+    first = run_build(smoke_settings(inputs, str(tmp_path / "first"), tokenizer_path))
+    assert first["funnel"]["dropped"] == {"http_404": 1, "opted_out": 1, "not_image": 1}
+    assert first["funnel"]["kept"] == 2
+    assert first["images"] == {"input": 5, "ok": 2, "failures_file": FAILURES,
+                               "failed": {"http_404": 1, "opted_out": 1, "not_image": 1}}
+    rows = pq.read_table(str(tmp_path / "first" / FAILURES)).to_pylist()
+    assert sorted(rows, key=lambda r: r["url"]) == sorted([
+        {"url": urls[2], "reason": "http_404", "status": 404, "attempts": 1},
+        {"url": urls[3], "reason": "opted_out", "status": 200, "attempts": 1},
+        {"url": urls[4], "reason": "not_image", "status": 200, "attempts": 1},
+    ], key=lambda r: r["url"])
+
+    healthy["now"] = True
+    server.requests.clear()
+    retry = run_build(smoke_settings(inputs, str(tmp_path / "retry"), tokenizer_path,
+                                     retry_failures=str(tmp_path / "first" / FAILURES),
+                                     retry_reasons=("http_404",)))
+    assert retry["funnel"] == {"unit": "pair", "input": 5, "kept": 1, "dropped": {"not_in_retry_list": 4}}
+    assert retry["images"]["input"] == 1 and retry["images"]["ok"] == 1
+    assert server.requests == ["/flaky.jpg"]  # nothing else was fetched again
+    samples = read_tar(str(tmp_path / "retry" / "mmc4-pairs-000000.tar"))
+    documents = [d for sample in samples for d in sample["json"]["documents"]]
+    assert [img["url"] for d in documents for img in d["images"]] == [urls[2]]
+    assert [d["url"] for d in documents] == ["https://page.example/2"]
+    assert pq.read_table(str(tmp_path / "retry" / FAILURES)).num_rows == 0  # written, empty
+
+
+def test_cli_guard_on_sends_no_request_and_shows_progress(server, tokenizer_path, tmp_path):
+    urls = [server.url("/img/80x60/a.jpg"), server.url("/status/500"),
+            server.url("/redirect?to=http://169.254.169.254/"), "ftp://example.com/x.jpg"]
+    inputs = mmc4_lines(str(tmp_path / "docs.jsonl"), urls)
+    out = tmp_path / "out"
+    result = run_cli("build", "mmc4-pairs", "--input", inputs, "--output", str(out), "--smoke",
+                     "--tokenizer", tokenizer_path, "--workers", "1", "--progress-every", "0.000001")
+    assert result.returncode == 0, result.stderr
+    assert server.requests == [] and server.opened == 0
+    manifest = load_manifest(str(out))
+    assert manifest["funnel"]["dropped"] == {"blocked_address": 3, "bad_scheme": 1}
+    assert manifest["images"]["failed"] == {"blocked_address": 3, "bad_scheme": 1}
+    assert "URLs done" in result.stderr and "images/s" in result.stderr
+    assert "failures.parquet" in result.stdout
+    assert pq.read_table(str(out / FAILURES)).num_rows == 4
+
+
+def test_cli_bad_fetch_flags_are_one_line_usage_errors(tokenizer_path, tmp_path):
+    inputs = mmc4_lines(str(tmp_path / "docs.jsonl"), ["http://example.com/a.jpg"])
+    (tmp_path / "not.parquet").write_text("url,reason\n")
+    for flags, message in ((["--retry-failures", str(tmp_path / "missing.parquet")], "cannot read failures file"),
+                           (["--retry-failures", str(tmp_path / "not.parquet")], "cannot read failures file"),
+                           (["--allow-network", "10.0.0.0/99"], "not an IP network")):
+        result = run_cli("build", "mmc4-pairs", "--input", inputs, "--output", str(tmp_path / "o"),
+                         "--tokenizer", tokenizer_path, *flags)
+        assert result.returncode == 2, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr
+
+
+def test_every_fault_in_a_beam_build_balances(server, tokenizer_path, tmp_path):
+    from tests.corpora.test_fetch import FAULTS
+
+    with ImageServer("127.0.0.2") as other:
+        urls = [server.url(path) for path in FAULTS] + [
+            server.url("/redirect?to=" + other.url("/img/10x10/o.jpg")), "gopher://example.com/x"]
+        inputs = mmc4_lines(str(tmp_path / "docs.jsonl"), urls)
+        settings = smoke_settings(inputs, str(tmp_path / "out"), tokenizer_path)
+        settings = settings.replace(fetch=dataclasses.replace(settings.fetch, read_timeout=0.5, total_timeout=3))
+        manifest = run_build(settings)
+        assert other.requests == []
+    expected = {}
+    for reason in [r for r in FAULTS.values() if r] + ["blocked_address", "bad_scheme"]:
+        expected[reason] = expected.get(reason, 0) + 1
+    ok = sum(1 for r in FAULTS.values() if r is None)
+    assert manifest["funnel"] == {"unit": "pair", "input": len(urls), "kept": ok, "dropped": expected}
+    assert manifest["images"]["failed"] == expected and manifest["images"]["ok"] == ok
+    assert pq.read_table(str(tmp_path / "out" / FAILURES)).num_rows == len(urls) - ok
