@@ -22,6 +22,7 @@ import ipaddress
 import os
 import socket
 import ssl
+import threading
 import urllib.parse
 import urllib.request
 from typing import Callable
@@ -199,6 +200,9 @@ def fetch_url(url: str, settings: FetchSettings) -> FetchResult:
 
 
 _RESIZERS: dict[FetchSettings, Callable] = {}
+# img2dataset's resizer silences stdout/stderr by swapping file descriptors 1
+# and 2; two threads doing it at once leave the process writing to /dev/null.
+_RESIZE_LOCK = threading.Lock()
 
 
 def _resizer(settings: FetchSettings):
@@ -250,7 +254,8 @@ def process_image(data: bytes, settings: FetchSettings) -> ImageResult:
         return ImageResult(reason="empty_body")
     if not _looks_like_image(data):
         return ImageResult(reason="not_image")
-    jpeg, width, height, original_width, original_height, error = _resizer(settings)(io.BytesIO(data))
+    with _RESIZE_LOCK:
+        jpeg, width, height, original_width, original_height, error = _resizer(settings)(io.BytesIO(data))
     if error is not None or jpeg is None:
         return ImageResult(reason=_reason_from_resizer(str(error)), detail=str(error))
     return ImageResult(jpeg, width, height, original_width, original_height)
