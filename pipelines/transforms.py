@@ -20,6 +20,7 @@ from corpora.catalog import CorpusSpec
 from corpora.record import Document, Drop
 from corpora.settings import BuildSettings
 from corpora.tokenize import Tokenizer, TokenizedDocument, tokenize_document
+from pipelines import resume
 
 DROPPED = "dropped"
 INPUT = "input"
@@ -122,7 +123,8 @@ def assign_shard(element: tuple[int, int, pack.PackedSequence], counts: dict[int
 
 
 class WriteShard(beam.DoFn):
-    """Write one shard under a temporary name, then rename it into place."""
+    """Write one shard under a temporary name, then rename it into place and
+    mark it complete; a shard a previous attempt completed is left as it is."""
 
     def __init__(self, settings: BuildSettings):
         self._settings = settings
@@ -133,12 +135,19 @@ class WriteShard(beam.DoFn):
         name = shards.shard_name(corpus, shard_index)
         final = FileSystems.join(self._settings.output, name)
         temporary = f"{final}.tmp-{uuid.uuid4().hex}"
-        samples = (
+        samples = [
             (shards.sample_key(corpus, shard_index, global_index % self._settings.samples_per_shard), sequence)
             for global_index, sequence in sorted(items, key=lambda item: item[0])
-        )
+        ]
+        info = resume.completed_shard(self._settings.output, name, samples)
+        if info is not None:  # a previous attempt wrote exactly this shard: leave it
+            Metrics.counter(NAMESPACE, "shards.resumed").inc()
+            yield {"index": shard_index, "path": name, **info}
+            return
         with FileSystems.create(temporary) as stream:
             info = shards.write_shard(stream, samples)
         FileSystems.rename([temporary], [final])
+        resume.write_marker(self._settings.output, name, info)
         Metrics.counter(NAMESPACE, "shards").inc()
+        Metrics.counter(NAMESPACE, "bytes").inc(info["bytes"])
         yield {"index": shard_index, "path": name, **info}
