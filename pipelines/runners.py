@@ -89,6 +89,20 @@ class RunnerSettings:
         return self.runner == "DirectRunner" or self.environment_type == "LOOPBACK"
 
 
+def _stages_package(settings: RunnerSettings) -> bool:
+    """Whether the workers run in containers that must install this project's
+    package (built from pyproject.toml): Dataflow, and Portable/Spark/Flink
+    with DOCKER or PROCESS workers. LOOPBACK and EXTERNAL workers already have
+    it, and so does a custom container image."""
+    if settings.runner == "DirectRunner":
+        return False
+    if any(arg.lstrip("-").split("=", 1)[0] in ("setup_file", "sdk_container_image") for arg in settings.beam_args):
+        return False
+    if settings.runner == "DataflowRunner":
+        return True
+    return (settings.environment_type or "DOCKER").upper() in ("DOCKER", "PROCESS")
+
+
 def _flags(settings: RunnerSettings) -> list[str]:
     """Beam flags for ``settings``; explicit Beam args after ``--`` come last and win."""
     flags = [f"--runner={settings.runner}"]
@@ -105,13 +119,12 @@ def _flags(settings: RunnerSettings) -> list[str]:
     if settings.job_server_jar:
         mapped["spark_job_server_jar" if settings.runner == "SparkRunner" else "flink_job_server_jar"] = \
             settings.job_server_jar
-    if settings.runner == "DataflowRunner":
-        if not os.path.isfile(PYPROJECT) and not any("setup_file" in a or "sdk_container_image" in a
-                                                      for a in settings.beam_args):
-            raise RunnerError(f"DataflowRunner stages the corpora package from {PYPROJECT}, which is missing; "
-                              "run from a source checkout or pass -- --sdk_container_image=IMAGE")
-        if os.path.isfile(PYPROJECT):
-            mapped["setup_file"] = PYPROJECT
+    if _stages_package(settings):
+        if not os.path.isfile(PYPROJECT):
+            raise RunnerError(f"{settings.runner} workers need the corpora package, staged from {PYPROJECT}, "
+                              "which is missing; run from a source checkout or pass "
+                              "-- --sdk_container_image=IMAGE with corpora installed")
+        mapped["setup_file"] = PYPROJECT
     if settings.runner in ("PortableRunner", "SparkRunner", "FlinkRunner") and settings.workers > 1:
         mapped["sdk_worker_parallelism"] = str(settings.workers)
     flags += [f"--{name}={value}" for name, value in mapped.items() if value]

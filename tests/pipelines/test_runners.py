@@ -70,6 +70,19 @@ def test_dataflow_flags_stage_the_project_package_and_beam_args_win():
     assert options.view_as(S3Options).s3_region_name == "eu-west-1"
 
 
+def test_the_package_is_staged_only_to_workers_that_lack_it():
+    def staged(**settings):
+        return pipeline_options(RunnerSettings(**settings)).view_as(SetupOptions).setup_file
+
+    assert staged(runner="SparkRunner") == PYPROJECT  # Beam's default DOCKER workers
+    assert staged(runner="FlinkRunner", environment_type="PROCESS") == PYPROJECT
+    assert staged(runner="PortableRunner", job_endpoint="j:8099", environment_type="LOOPBACK") is None
+    assert staged(runner="FlinkRunner", environment_type="EXTERNAL", environment_config="localhost:50000") is None
+    assert staged(runner="DataflowRunner", project="p", region="r", temp_location="gs://b/t",
+                  beam_args=("--sdk_container_image=europe-docker.pkg.dev/p/corpora/gpu:1",)) is None
+    assert staged(workers=2) is None
+
+
 @pytest.mark.parametrize("settings, message", [
     (dict(runner="PortableRunner"), "PortableRunner needs --job-endpoint"),
     (dict(runner="DataflowRunner", project="p"), "DataflowRunner needs --region, --temp-location"),
