@@ -101,7 +101,8 @@ def list_corpora() -> None:
 @click.option("--samples-per-shard", type=click.IntRange(1), default=1000, show_default=True)
 @click.option("--pack-groups", type=click.IntRange(1), default=1, show_default=True,
               help="Documents are packed in this many independent groups (by id hash).")
-@click.option("--workers", type=click.IntRange(1), default=None, help="DirectRunner worker processes. Default: all cores.")
+@click.option("--workers", type=click.IntRange(1), default=None,
+              help="DirectRunner worker processes (default: all cores); SDK processes per worker elsewhere.")
 @click.option("--runner", type=click.Choice(RUNNERS), default="DirectRunner", show_default=True)
 @click.option("--job-endpoint", default=None, help="PortableRunner: the job service, HOST:PORT.")
 @click.option("--environment-type", type=click.Choice(ENVIRONMENTS, case_sensitive=False), default=None,
@@ -136,7 +137,9 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
     verbose = logging.getLogger().isEnabledFor(logging.INFO)
     try:
         runner_settings = RunnerSettings(
-            runner=runner, workers=workers or os.cpu_count() or 1, job_endpoint=job_endpoint,
+            # Remote runners size their own workers unless --workers is given.
+            runner=runner, workers=workers or (os.cpu_count() or 1 if runner == "DirectRunner" else 1),
+            job_endpoint=job_endpoint,
             environment_type=environment_type, environment_config=environment_config, project=project,
             region=region, temp_location=temp_location, spark_master_url=spark_master_url,
             flink_master=flink_master, job_server_jar=job_server_jar, beam_args=tuple(beam_args))
@@ -171,7 +174,8 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
     except ValueError as exc:
         raise UsageFailure(str(exc)) from None
     derived = settings.derived()
-    click.echo(f"Building {corpus} → {output} with {runner} ({runner_settings.workers} workers)")
+    where = f" ({runner_settings.workers} workers)" if runner == "DirectRunner" or workers else ""
+    click.echo(f"Building {corpus} → {output} with {runner}{where}")
     click.echo("  " + ", ".join(f"{k}={v}" for k, v in derived.items()))
 
     from corpora.resume import SettingsChanged
