@@ -123,5 +123,6 @@ def execute(settings: BuildSettings, runner: RunnerSettings, overwrite: bool = F
         return BuildOutcome(None, {}, seconds, result=result)
     resume.remove_temporaries(settings.output, settings.corpus)
     manifest = storage.read_json(FileSystems.join(settings.output, MANIFEST))
+    resume.remove_stale_shards(settings.output, settings.corpus, (s["path"] for s in manifest["shards"]))
     counters = counters_of(result)
     return BuildOutcome(manifest, counters, seconds, resumed_shards=found["complete_shards"], result=result)

@@ -71,6 +71,18 @@ def remove_temporaries(output: str, corpus: str) -> int:
     return len(paths)
 
 
+def remove_stale_shards(output: str, corpus: str, current: Iterable[str]) -> int:
+    """Delete shards (and their markers) that an earlier attempt of this build
+    wrote past the end of the finished one: they are not in its manifest."""
+    keep = set(current)
+    stale = [p for p in _matching(FileSystems.join(output, f"{corpus}-*.tar")) if p.rsplit("/", 1)[-1] not in keep]
+    markers = [FileSystems.join(output, resume.marker_name(p.rsplit("/", 1)[-1])) for p in stale]
+    paths = stale + [m for m in markers if FileSystems.exists(m)]
+    if paths:
+        FileSystems.delete(paths)
+    return len(stale)
+
+
 def read_marker(output: str, shard_name: str) -> dict[str, Any] | None:
     path = FileSystems.join(output, resume.marker_name(shard_name))
     if not FileSystems.exists(path):

@@ -139,3 +139,24 @@ def test_cli_refuses_changed_settings_with_one_line(tmp_path, tokenizer_path):
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "holds a build with other settings" in lines[0] and "--overwrite" in lines[0]
+
+
+def test_shards_past_the_end_of_the_finished_build_are_removed(tmp_path):
+    output = tmp_path / "out"
+    (output / core_resume.SHARD_MARKERS).mkdir(parents=True)
+    for index in range(4):
+        (output / f"coyo-{index:06d}.tar").write_bytes(b"shard")
+        (output / core_resume.marker_name(f"coyo-{index:06d}.tar")).write_text("{}")
+    removed = resume.remove_stale_shards(str(output), "coyo", ["coyo-000000.tar", "coyo-000001.tar"])
+    assert removed == 2
+    assert sorted(p.name for p in output.glob("*.tar")) == ["coyo-000000.tar", "coyo-000001.tar"]
+    assert sorted(p.name for p in (output / core_resume.SHARD_MARKERS).iterdir()) == [
+        "coyo-000000.tar.json", "coyo-000001.tar.json"]
+
+
+def test_temporaries_of_interrupted_attempts_are_removed(tmp_path):
+    (tmp_path / "coyo-000000.tar").write_bytes(b"complete")
+    (tmp_path / "coyo-000001.tar.tmp-0123abcd").write_bytes(b"half")
+    (tmp_path / "manifest.json.tmp-4567ef").write_bytes(b"{")
+    assert resume.remove_temporaries(str(tmp_path), "coyo") == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["coyo-000000.tar"]
