@@ -21,7 +21,7 @@ from corpora.manifest import MANIFEST, build_manifest
 from corpora.record import stable_hash
 from corpora.settings import BuildSettings
 from corpora.tokenize import Tokenizer
-from pipelines import resume, storage
+from pipelines import storage
 from pipelines import transforms as t
 
 

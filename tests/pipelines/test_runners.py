@@ -180,3 +180,14 @@ def test_dataflow_options_are_validated_before_anything_runs(tmp_path):
     with pytest.raises(RunnerError, match="invalid options for DataflowRunner.*project"):
         execute(settings, runner)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_cli_dry_run_of_a_dataflow_job_touches_nothing(tmp_path):
+    result = run_cli("build", "mmc4-pairs", "--output", "gs://fake-bucket/mmc4-pairs", "--seq-len", "64",
+                     "--tokens-per-image", "4", "--runner", "DataflowRunner", "--project", "fake-project",
+                     "--region", "us-central1", "--temp-location", "gs://fake-bucket/tmp",
+                     "--", "--dry_run=True", "--no_auth")
+    assert result.returncode == 0, result.stderr
+    assert "Dry run: the DataflowRunner job was built and validated; nothing was run or written." in result.stdout
