@@ -73,6 +73,8 @@ class RunnerSettings:
             ("--spark-master-url", self.spark_master_url, ("SparkRunner",)),
             ("--flink-master", self.flink_master, ("FlinkRunner",)),
             ("--job-server-jar", self.job_server_jar, ("SparkRunner", "FlinkRunner")),
+            ("--environment-type", self.environment_type, ("PortableRunner", "SparkRunner", "FlinkRunner")),
+            ("--environment-config", self.environment_config, ("PortableRunner", "SparkRunner", "FlinkRunner")),
             ("--project", self.project, ("DataflowRunner",)),
             ("--region", self.region, ("DataflowRunner",)),
         ) if value and self.runner not in runners]

@@ -89,6 +89,9 @@ def test_the_package_is_staged_only_to_workers_that_lack_it():
     (dict(runner="DataflowRunner", project="p", region="r", temp_location="/tmp/x"), "must be a gs:// path"),
     (dict(job_endpoint="jobs:8099"), "--job-endpoint does not apply to DirectRunner"),
     (dict(runner="FlinkRunner", spark_master_url="spark://m:7077"), "does not apply to FlinkRunner"),
+    (dict(environment_type="LOOPBACK"), "--environment-type does not apply to DirectRunner"),
+    (dict(runner="DataflowRunner", project="p", region="r", temp_location="gs://b/t", environment_type="DOCKER"),
+     "--environment-type does not apply to DataflowRunner"),
     (dict(runner="SamzaRunner"), "unknown runner"),
     (dict(workers=0), "at least 1"),
 ])
