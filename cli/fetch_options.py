@@ -48,8 +48,6 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "--retry-reason": ("retry_reasons", dict(multiple=True, metavar="REASON",
                                              help="With --retry-failures: only URLs that failed for this reason. "
                                                   "Repeatable.")),
-    "--progress-every": ("progress_interval", dict(type=click.FloatRange(0), default=DEFAULTS.progress_interval,
-                                                   help="Seconds between fetch progress lines; 0: none.")),
 }
 
 

@@ -17,6 +17,7 @@ import click
 from cli import fetch_options
 from corpora import catalog
 from corpora import settings as build_settings
+from pipelines.runners import ENVIRONMENTS, RUNNERS, RunnerError, RunnerSettings, pipeline_options
 
 
 class UsageFailure(click.ClickException):
@@ -54,10 +55,7 @@ def _check_failures_file(path: str) -> str:
 def resolve_inputs(inputs: tuple[str, ...], spec: catalog.CorpusSpec) -> tuple[str, ...]:
     """Expand directories to the corpus's file patterns; check each input matches
     files that can be opened."""
-    from apache_beam.io.filesystem import CompressionTypes
-    from apache_beam.io.filesystems import FileSystems
-
-    import pipelines.fsspec_io  # noqa: F401  (hf:// inputs)
+    from pipelines import storage
 
     resolved = []
     for given in inputs:
@@ -67,14 +65,14 @@ def resolve_inputs(inputs: tuple[str, ...], spec: catalog.CorpusSpec) -> tuple[s
         matched = []
         for pattern in patterns:
             try:
-                matched += [m.path for m in FileSystems.match([pattern])[0].metadata_list]
+                matched += storage.match(pattern)
             except Exception as exc:  # Beam raises BeamIOError and friends
                 raise UsageFailure(f"cannot read input {given}: {str(exc).splitlines()[0]}") from None
         if not matched:
             raise UsageFailure(f"input not found: {given}")
         for path in sorted(matched):
             try:
-                with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+                with storage.open_read(path) as stream:
                     stream.read(1)
             except Exception as exc:
                 raise UsageFailure(f"cannot read input {path}: {str(exc).splitlines()[0]}") from None
@@ -136,8 +134,26 @@ def list_corpora() -> None:
                    "Default: one per 100,000 documents.")
 @click.option("--pack/--no-pack", "pack", default=True, show_default=True,
               help="--no-pack writes one document (or piece of one) per sample, with the same files.")
-@click.option("--workers", type=click.IntRange(1), default=None, help="DirectRunner worker processes. Default: all cores.")
-@click.option("--runner", default="DirectRunner", show_default=True)
+@click.option("--workers", type=click.IntRange(1), default=None,
+              help="DirectRunner worker processes (default: all cores); SDK processes per worker elsewhere.")
+@click.option("--runner", type=click.Choice(RUNNERS), default="DirectRunner", show_default=True)
+@click.option("--job-endpoint", default=None, help="PortableRunner: the job service, HOST:PORT.")
+@click.option("--environment-type", type=click.Choice(ENVIRONMENTS, case_sensitive=False), default=None,
+              help="Portable/Spark/Flink: where the Python workers run. Default: Beam's (DOCKER).")
+@click.option("--environment-config", default=None,
+              help="The container image (DOCKER) or worker pool HOST:PORT (EXTERNAL).")
+@click.option("--project", default=None, help="DataflowRunner: the Google Cloud project.")
+@click.option("--region", default=None, help="DataflowRunner: the region, e.g. us-central1.")
+@click.option("--temp-location", default=None, help="DataflowRunner: a gs:// path for temporary and staged files.")
+@click.option("--spark-master-url", default=None, help="SparkRunner: e.g. spark://host:7077.")
+@click.option("--flink-master", default=None, help="FlinkRunner: e.g. host:8081.")
+@click.option("--job-server-jar", default=None,
+              help="Spark/Flink: a local Beam job-server jar, for clusters without Maven access.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace an output built with other settings (otherwise refused; same settings resume).")
+@click.option("--progress-every", type=click.FloatRange(0), default=30, show_default=True,
+              help="Seconds between progress lines on local builds, the build's and each fetch "
+                   "worker's (URLs done, success rate, images/s); 0: none.")
 @click.option("--allow-private-urls", is_flag=True,
               help="Fetch from loopback, private and link-local addresses (refused by default).")
 @click.option("--smoke", is_flag=True, help="Laptop-sized settings: seq_len 256, 16 tokens per image, 64 px.")
@@ -165,7 +181,9 @@ def list_corpora() -> None:
 @fetch_options.fetch_options
 @click.argument("beam_args", nargs=-1, type=click.UNPROCESSED)
 def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_token_id, pad_id, image_size,
-          resize_mode, samples_per_shard, pack_groups, pack, workers, runner, allow_private_urls, smoke, beam_args,
+          resize_mode, samples_per_shard, pack_groups, pack, workers, runner, job_endpoint, environment_type,
+          environment_config, project, region, temp_location, spark_master_url, flink_master, job_server_jar,
+          overwrite, progress_every, allow_private_urls, smoke, beam_args,
           **flags):
     """Build CORPUS into WebDataset shards plus manifest.json.
 
@@ -173,6 +191,20 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
     """
     spec = catalog.get(corpus)
     _check_tokenizer(tokenizer)
+    verbose = logging.getLogger().isEnabledFor(logging.INFO)
+    try:
+        runner_settings = RunnerSettings(
+            # Remote runners size their own workers unless --workers is given.
+            runner=runner, workers=workers or (os.cpu_count() or 1 if runner == "DirectRunner" else 1),
+            job_endpoint=job_endpoint,
+            environment_type=environment_type, environment_config=environment_config, project=project,
+            region=region, temp_location=temp_location, spark_master_url=spark_master_url,
+            flink_master=flink_master, job_server_jar=job_server_jar, beam_args=tuple(beam_args))
+        from apache_beam.io.filesystems import FileSystems
+
+        FileSystems.set_options(pipeline_options(runner_settings, verbose=verbose))  # s3 endpoint, keys
+    except (RunnerError, SystemExit) as exc:  # Beam's argparse exits on a malformed option
+        raise UsageFailure(str(exc) if isinstance(exc, RunnerError) else "invalid Beam options after --") from None
     if output is None:
         output = os.path.join("corpora-out", corpus)
     if not inputs:
@@ -180,7 +212,8 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
             raise UsageFailure(f"--input is required for {corpus} (the bundled sample is MMC4)")
         from corpora.sample import materialize_sample
 
-        inputs = (materialize_sample(tempfile.mkdtemp(prefix="corpora-sample-")),)
+        # A fixed place, so that re-running the command resumes the same build.
+        inputs = (materialize_sample(os.path.join(tempfile.gettempdir(), "corpora-sample")),)
         click.echo(f"No --input given: building the bundled sample corpus ({inputs[0]})")
     inputs = resolve_inputs(tuple(inputs), spec)
     if "://" not in output:
@@ -212,32 +245,53 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
         )
         settings = settings.replace(fetch=dataclasses.replace(
             settings.fetch, image_size=image_size, resize_mode=resize_mode, allow_private_urls=allow_private_urls))
-        settings = settings.replace(fetch=fetch_options.apply(settings.fetch, fetch_flags))
+        settings = settings.replace(fetch=dataclasses.replace(
+            fetch_options.apply(settings.fetch, fetch_flags), progress_interval=progress_every))
         if smoke:
             settings = build_settings.smoke(settings)
     except ValueError as exc:
         raise UsageFailure(str(exc)) from None
     if spec.check_input is not None:
         check_inputs(settings, spec)
-    workers = workers or os.cpu_count() or 1
     derived = settings.derived()
-    click.echo(f"Building {corpus} → {output} with {runner} ({workers} workers)")
+    where = f" ({runner_settings.workers} workers)" if runner == "DirectRunner" or workers else ""
+    click.echo(f"Building {corpus} → {output} with {runner}{where}")
     click.echo("  " + ", ".join(f"{k}={v}" for k, v in derived.items()))
     if settings.corpus_options:
         click.echo("  " + ", ".join(f"{k}={v}" for k, v in settings.corpus_options.items()))
 
-    from pipelines.build import run_build
+    from corpora.resume import SettingsChanged
+    from pipelines.launch import execute
 
     try:
-        manifest = run_build(settings, runner=runner, workers=workers, beam_args=beam_args,
-                             verbose=logging.getLogger().isEnabledFor(logging.INFO))
+        outcome = execute(settings, runner_settings, overwrite=overwrite, verbose=verbose,
+                          progress_every=progress_every)
+    except (SettingsChanged, RunnerError) as exc:
+        raise UsageFailure(str(exc)) from None
     except Exception as exc:  # the pipeline failed: one line, exit 1
         message = str(exc).strip().splitlines()
         click.echo(f"corpora: build failed: {message[-1] if message else type(exc).__name__}", err=True)
         if logging.getLogger().isEnabledFor(logging.INFO):
             raise
         sys.exit(1)
-    _print_summary(manifest)
+    if outcome.manifest is None:
+        click.echo(f"Dry run: the {runner} job was built and validated; nothing was run or written.")
+        return
+    _print_summary(outcome.manifest)
+    _print_run(outcome)
+
+
+def _print_run(outcome) -> None:
+    counters, rates = outcome.counters, outcome.throughput()
+    resumed = counters.get("shards.resumed", 0)
+    if resumed:
+        click.echo(f"Resumed: {resumed} shard(s) were already complete and left as they were; "
+                   f"{counters.get('shards', 0)} written now")
+    click.echo(f"Throughput over {outcome.seconds:.1f} s: {rates['input_per_s']:.1f} input records/s, "
+               f"{rates['images_per_s']:.1f} images/s, {rates['megabytes_per_s']:.2f} MB/s of shards")
+    images = {k[len("images."):]: v for k, v in counters.items() if k.startswith("images.")}
+    if images:
+        click.echo("  image fetches: " + ", ".join(f"{k} {v}" for k, v in sorted(images.items())))
 
 
 def _print_summary(manifest: dict) -> None:

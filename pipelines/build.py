@@ -10,7 +10,6 @@ written last, from side inputs, once every shard is complete.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Sequence
 
 import apache_beam as beam
@@ -23,8 +22,8 @@ from corpora.accounting import FAILURES, failure_schema, first_failure
 from corpora.manifest import MANIFEST, build_manifest
 from corpora.settings import BuildSettings
 from corpora.tokenize import Tokenizer
+from pipelines import storage
 from pipelines import transforms as t
-from pipelines.runners import make_runner, pipeline_options
 from pipelines.stats import WriteStats, token_ids
 
 
@@ -54,22 +53,34 @@ def write_manifest(_, settings: BuildSettings, tokenizer: Tokenizer, shard_infos
                    images: list[tuple[str, int]] = (), failure_files: list[str] = ()) -> dict[str, Any]:
     manifest = build_manifest(settings, tokenizer.info, shard_infos, input_counts, kept, dict(dropped),
                               images=dict(images))
-    final = FileSystems.join(settings.output, MANIFEST)
-    temporary = final + ".tmp"
-    with FileSystems.create(temporary) as stream:
-        stream.write(json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8") + b"\n")
-    FileSystems.rename([temporary], [final])
+    storage.write_json(FileSystems.join(settings.output, MANIFEST), manifest)  # last, and atomic
     return manifest
+
+
+def _input_files(pipeline: beam.Pipeline, inputs: Sequence[str]) -> beam.PCollection:
+    """Readable input files: Beam's FileSystems (local, gs://, s3://) match and
+    open theirs; fsspec (hf://) inputs are listed here and opened by workers."""
+    beam_inputs = [i for i in inputs if not storage.uses_fsspec(i)]
+    fsspec_files = [storage.FsspecFile(p) for i in inputs if storage.uses_fsspec(i) for p in storage.match(i)]
+    if not fsspec_files:
+        return (pipeline
+                | "Inputs" >> beam.Create(beam_inputs)
+                | "Match" >> fileio.MatchAll()
+                | "Files" >> fileio.ReadMatches(compression=CompressionTypes.UNCOMPRESSED))
+    files = [pipeline | "FsspecFiles" >> beam.Create(fsspec_files)]
+    if beam_inputs:
+        files.append(pipeline
+                     | "Inputs" >> beam.Create(beam_inputs)
+                     | "Match" >> fileio.MatchAll()
+                     | "Files" >> fileio.ReadMatches(compression=CompressionTypes.UNCOMPRESSED))
+    return files[0] if len(files) == 1 else tuple(files) | "AllFiles" >> beam.Flatten()
 
 
 def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: Tokenizer) -> beam.PCollection:
     """Add the build of ``settings.corpus`` to ``pipeline``; returns the manifest."""
     spec = catalog.get(settings.corpus)
     read = (
-        pipeline
-        | "Inputs" >> beam.Create(list(settings.inputs))
-        | "Match" >> fileio.MatchAll()
-        | "Files" >> fileio.ReadMatches(compression=CompressionTypes.UNCOMPRESSED)
+        _input_files(pipeline, settings.inputs)
         | "Read" >> beam.ParDo(t.ReadSource(spec, settings)).with_outputs(t.DROPPED, t.INPUT, main="docs")
     )
     drops = [read.dropped]
@@ -117,18 +128,12 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
 
 
 def run_build(settings: BuildSettings, runner: str = "DirectRunner", workers: int = 1,
-              beam_args: Sequence[str] = (), verbose: bool = False) -> dict[str, Any]:
-    """Build a corpus and return its manifest (read back from the output)."""
-    tokenizer = Tokenizer(settings.tokenizer, settings.tokens_per_image,
-                          settings.image_token_id, settings.pad_id)
-    options = pipeline_options(runner, workers, beam_args, verbose)
-    if not FileSystems.exists(settings.output):
-        FileSystems.mkdirs(settings.output)
-    pipeline = beam.Pipeline(runner=make_runner(options), options=options)
-    build_pipeline(pipeline, settings, tokenizer)
-    result = pipeline.run()
-    result.wait_until_finish()
-    with FileSystems.open(FileSystems.join(settings.output, MANIFEST),
-                          compression_type=CompressionTypes.UNCOMPRESSED) as stream:
-        return json.loads(stream.read())
+              beam_args: Sequence[str] = (), verbose: bool = False, overwrite: bool = False) -> dict[str, Any]:
+    """Build a corpus and return its manifest (read back from the output).
 
+    Re-running an interrupted build resumes it (``pipelines/launch.py``)."""
+    from pipelines.launch import execute
+    from pipelines.runners import RunnerSettings
+
+    runner_settings = RunnerSettings(runner=runner, workers=workers, beam_args=tuple(beam_args))
+    return execute(settings, runner_settings, overwrite=overwrite, verbose=verbose).manifest

@@ -1,12 +1,20 @@
-"""Pipeline options and runners.
+"""Runners and pipeline options: the same pipeline on a laptop, Dataflow,
+Spark or Flink.
 
 ``DirectRunner`` is run through Beam's FnApiRunner directly: Beam's own
 DirectRunner first tries the Prism runner, which downloads a binary and
-stalls on a machine without network.
+stalls on a machine without network. ``PortableRunner`` submits to a job
+service (``--job-endpoint``), the path Flink and Spark clusters also take;
+``SparkRunner`` and ``FlinkRunner`` start Beam's job server for their
+cluster (from a local jar when the cluster has no Maven access);
+``DataflowRunner`` stages this project's own package, built from
+``pyproject.toml``, to its workers.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from typing import Sequence
 
 from apache_beam.options.pipeline_options import (
@@ -16,18 +24,129 @@ from apache_beam.options.pipeline_options import (
     WorkerOptions,
 )
 
+RUNNERS = ("DirectRunner", "PortableRunner", "DataflowRunner", "SparkRunner", "FlinkRunner")
+ENVIRONMENTS = ("DOCKER", "PROCESS", "EXTERNAL", "LOOPBACK")
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYPROJECT = os.path.join(PROJECT_ROOT, "pyproject.toml")
 
-def pipeline_options(runner: str, workers: int, beam_args: Sequence[str] = (),
+
+class RunnerError(ValueError):
+    """Runner flags that cannot work together (reported as a usage error)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunnerSettings:
+    """Where and how a build runs; none of it changes the output bytes."""
+
+    runner: str = "DirectRunner"
+    workers: int = 1
+    job_endpoint: str | None = None
+    environment_type: str | None = None
+    environment_config: str | None = None
+    project: str | None = None
+    region: str | None = None
+    temp_location: str | None = None
+    spark_master_url: str | None = None
+    flink_master: str | None = None
+    job_server_jar: str | None = None
+    beam_args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.runner not in RUNNERS:
+            raise RunnerError(f"unknown runner {self.runner!r}; one of: {', '.join(RUNNERS)}")
+        if self.workers < 1:
+            raise RunnerError(f"workers must be at least 1, got {self.workers}")
+        if self.environment_type is not None and self.environment_type.upper() not in ENVIRONMENTS:
+            raise RunnerError(f"unknown environment type {self.environment_type!r}; one of: {', '.join(ENVIRONMENTS)}")
+        needs = {
+            "PortableRunner": {"--job-endpoint": self.job_endpoint},
+            "DataflowRunner": {"--project": self.project, "--region": self.region,
+                               "--temp-location": self.temp_location},
+        }.get(self.runner, {})
+        missing = [flag for flag, value in needs.items() if not value and not self._in_beam_args(flag)]
+        if missing:
+            raise RunnerError(f"{self.runner} needs {', '.join(missing)}")
+        if self.runner == "DataflowRunner" and self.temp_location and not self.temp_location.startswith("gs://"):
+            raise RunnerError(f"--temp-location must be a gs:// path for DataflowRunner, got {self.temp_location}")
+        wrong = [flag for flag, value, runners in (
+            ("--job-endpoint", self.job_endpoint, ("PortableRunner",)),
+            ("--spark-master-url", self.spark_master_url, ("SparkRunner",)),
+            ("--flink-master", self.flink_master, ("FlinkRunner",)),
+            ("--job-server-jar", self.job_server_jar, ("SparkRunner", "FlinkRunner")),
+            ("--environment-type", self.environment_type, ("PortableRunner", "SparkRunner", "FlinkRunner")),
+            ("--environment-config", self.environment_config, ("PortableRunner", "SparkRunner", "FlinkRunner")),
+            ("--project", self.project, ("DataflowRunner",)),
+            ("--region", self.region, ("DataflowRunner",)),
+        ) if value and self.runner not in runners]
+        if wrong:
+            raise RunnerError(f"{', '.join(wrong)} does not apply to {self.runner}")
+
+    def _in_beam_args(self, flag: str) -> bool:
+        beam_flag = flag.lstrip("-").replace("-", "_")
+        return any(arg.split("=", 1)[0].lstrip("-") == beam_flag for arg in self.beam_args)
+
+    @property
+    def local(self) -> bool:
+        """Whether the workers share this machine's disk (progress can look at it)."""
+        return self.runner == "DirectRunner" or self.environment_type == "LOOPBACK"
+
+
+def _stages_package(settings: RunnerSettings) -> bool:
+    """Whether the workers run in containers that must install this project's
+    package (built from pyproject.toml): Dataflow, and Portable/Spark/Flink
+    with DOCKER or PROCESS workers. LOOPBACK and EXTERNAL workers already have
+    it, and so does a custom container image."""
+    if settings.runner == "DirectRunner":
+        return False
+    if any(arg.lstrip("-").split("=", 1)[0] in ("setup_file", "sdk_container_image") for arg in settings.beam_args):
+        return False
+    if settings.runner == "DataflowRunner":
+        return True
+    return (settings.environment_type or "DOCKER").upper() in ("DOCKER", "PROCESS")
+
+
+def _flags(settings: RunnerSettings) -> list[str]:
+    """Beam flags for ``settings``; explicit Beam args after ``--`` come last and win."""
+    flags = [f"--runner={settings.runner}"]
+    mapped = {
+        "job_endpoint": settings.job_endpoint,
+        "environment_type": settings.environment_type.upper() if settings.environment_type else None,
+        "environment_config": settings.environment_config,
+        "project": settings.project,
+        "region": settings.region,
+        "temp_location": settings.temp_location,
+        "spark_master_url": settings.spark_master_url,
+        "flink_master": settings.flink_master,
+    }
+    if settings.job_server_jar:
+        mapped["spark_job_server_jar" if settings.runner == "SparkRunner" else "flink_job_server_jar"] = \
+            settings.job_server_jar
+    if _stages_package(settings):
+        if not os.path.isfile(PYPROJECT):
+            raise RunnerError(f"{settings.runner} workers need the corpora package, staged from {PYPROJECT}, "
+                              "which is missing; run from a source checkout or pass "
+                              "-- --sdk_container_image=IMAGE with corpora installed")
+        mapped["setup_file"] = PYPROJECT
+    if settings.runner in ("PortableRunner", "SparkRunner", "FlinkRunner") and settings.workers > 1:
+        mapped["sdk_worker_parallelism"] = str(settings.workers)
+    flags += [f"--{name}={value}" for name, value in mapped.items() if value]
+    return flags + list(settings.beam_args)
+
+
+def pipeline_options(settings: RunnerSettings | str, workers: int = 1, beam_args: Sequence[str] = (),
                      verbose: bool = False) -> PipelineOptions:
-    options = PipelineOptions(list(beam_args))
-    options.view_as(StandardOptions).runner = runner
+    """The Beam options for a run. ``pipeline_options("DirectRunner", 2)`` still
+    works for callers that only choose a runner and a worker count."""
+    if isinstance(settings, str):
+        settings = RunnerSettings(runner=settings, workers=workers, beam_args=tuple(beam_args))
+    options = PipelineOptions(_flags(settings))
     harness = options.view_as(WorkerOptions)
     if not verbose and harness.default_sdk_harness_log_level is None:
         harness.default_sdk_harness_log_level = "ERROR"  # worker processes log INFO to stderr otherwise
-    if runner == "DirectRunner":
+    if settings.runner == "DirectRunner":
         direct = options.view_as(DirectOptions)
-        direct.direct_num_workers = workers
-        if workers > 1 and "--direct_running_mode" not in " ".join(beam_args):
+        direct.direct_num_workers = settings.workers
+        if settings.workers > 1 and not any("direct_running_mode" in a for a in settings.beam_args):
             direct.direct_running_mode = "multi_processing"
     return options
 
@@ -40,7 +159,8 @@ def make_runner(options: PipelineOptions):
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
 
-    # Hand the options to the workers, as Beam's DirectRunner does.
+    # Hand the options to the workers, as Beam's DirectRunner does: worker
+    # processes read them (S3 endpoint and keys, among others) from here.
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
     provision = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
     return fn_runner.FnApiRunner(provision_info=provision)

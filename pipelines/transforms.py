@@ -23,7 +23,7 @@ from corpora.progress import Progress
 from corpora.record import Document, Drop, stable_hash
 from corpora.settings import BuildSettings
 from corpora.tokenize import Tokenizer, TokenizedDocument, tokenize_document
-from pipelines import fsspec_io  # noqa: F401  (registers hf:// with Beam's FileSystems)
+from pipelines import resume
 
 DROPPED = "dropped"
 INPUT = "input"
@@ -78,6 +78,7 @@ class FetchImages(beam.DoFn):
         self._fetcher: fetch.Fetcher | None = None
         self._retry: frozenset[str] | None = None
         self._progress: Progress | None = None
+        self._reported = 0
 
     def setup(self) -> None:
         self._fetcher = fetch.Fetcher(self._settings)
@@ -88,6 +89,12 @@ class FetchImages(beam.DoFn):
     def teardown(self) -> None:
         if self._fetcher is not None:
             self._fetcher.close()
+
+    def finish_bundle(self) -> None:
+        # a closing line for the work since the last one, so a short bundle reports too
+        if self._progress is not None and self._progress.interval > 0 and self._progress.done > self._reported:
+            self._progress.report()
+            self._reported = self._progress.done
 
     def process(self, batch: list[Document]) -> Iterator:
         assert self._fetcher is not None and self._progress is not None
@@ -191,7 +198,8 @@ class CutPieces(beam.DoFn):
 
 class WriteShard(beam.DoFn):
     """Assemble one shard's sequences from their pieces and write it under a
-    temporary name, then rename it into place.
+    temporary name, then rename it into place and mark it complete; a shard
+    that a previous attempt completed with exactly these bytes is left as it is.
 
     With ``stat_ids``, each sequence's statistics values
     (:func:`corpora.stats.sequence_values`) go to the ``sequence_stats``
@@ -208,26 +216,29 @@ class WriteShard(beam.DoFn):
         settings = self._settings
         corpus = settings.corpus
         name = shards.shard_name(corpus, shard_index)
-        final = FileSystems.join(settings.output, name)
-        temporary = f"{final}.tmp-{uuid.uuid4().hex}"
         ordered = sorted(items, key=lambda item: (item[0], item[1]))
-        values: list[stats.SequenceValues] = []
-
-        def samples():
-            for global_index, group in itertools.groupby(ordered, key=lambda item: item[0]):
-                sequence = pack.assemble([piece for _, _, piece in group], settings.seq_len, self._pad_id)
-                if self._stat_ids is not None:
-                    values.append(stats.sequence_values(
-                        sequence.input_ids, sequence.segment_ids, sequence.documents, self._stat_ids))
-                yield shards.sample_key(corpus, shard_index, global_index % settings.samples_per_shard), sequence
-
-        with FileSystems.create(temporary) as stream:
-            info = shards.write_shard(stream, samples())
-        FileSystems.rename([temporary], [final])
-        Metrics.counter(NAMESPACE, "shards").inc()
+        samples = [
+            (shards.sample_key(corpus, shard_index, global_index % settings.samples_per_shard),
+             pack.assemble([piece for _, _, piece in group], settings.seq_len, self._pad_id))
+            for global_index, group in itertools.groupby(ordered, key=lambda item: item[0])
+        ]
+        info = resume.completed_shard(settings.output, name, samples)
+        if info is not None:  # a previous attempt wrote exactly this shard: leave it
+            Metrics.counter(NAMESPACE, "shards.resumed").inc()
+        else:
+            final = FileSystems.join(settings.output, name)
+            temporary = f"{final}.tmp-{uuid.uuid4().hex}"
+            with FileSystems.create(temporary) as stream:
+                info = shards.write_shard(stream, samples)
+            FileSystems.rename([temporary], [final])
+            resume.write_marker(settings.output, name, info)
+            Metrics.counter(NAMESPACE, "shards").inc()
+            Metrics.counter(NAMESPACE, "bytes").inc(info["bytes"])
         yield {"index": shard_index, "path": name, **info}
-        for value in values:
-            yield beam.pvalue.TaggedOutput(SEQUENCE_STATS, value)
+        if self._stat_ids is not None:
+            for _, sequence in samples:
+                yield beam.pvalue.TaggedOutput(SEQUENCE_STATS, stats.sequence_values(
+                    sequence.input_ids, sequence.segment_ids, sequence.documents, self._stat_ids))
 
 
 class ApplyStage(beam.DoFn):

@@ -86,7 +86,7 @@ def test_cli_guard_on_sends_no_request_and_shows_progress(server, tokenizer_path
     inputs = mmc4_lines(str(tmp_path / "docs.jsonl"), urls)
     out = tmp_path / "out"
     result = run_cli("build", "mmc4-pairs", "--input", inputs, "--output", str(out), "--smoke",
-                     "--tokenizer", tokenizer_path, "--workers", "1", "--progress-every", "0.000001")
+                     "--tokenizer", tokenizer_path, "--workers", "1", "--progress-every", "0.001")
     assert result.returncode == 0, result.stderr
     assert server.requests == [] and server.opened == 0
     manifest = load_manifest(str(out))

@@ -26,7 +26,8 @@ def _settings(tmp_path, output: str, **overrides) -> build_settings.BuildSetting
 
 
 def _files(directory: str) -> dict[str, bytes]:
-    return {name: open(os.path.join(directory, name), "rb").read() for name in sorted(os.listdir(directory))}
+    return {name: open(os.path.join(directory, name), "rb").read() for name in sorted(os.listdir(directory))
+            if os.path.isfile(os.path.join(directory, name))}
 
 
 def test_one_and_two_workers_write_identical_shards_and_manifest(tmp_path):

@@ -1,0 +1,106 @@
+"""Real services a test starts on 127.0.0.1 and always tears down: Beam's
+local job service (the endpoint PortableRunner submits to, as it would to a
+Flink or Spark job server), Beam's external SDK worker pool, and moto's S3
+server."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Iterator
+
+from tests.helpers import REPO
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, process: subprocess.Popen | None = None, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"service exited with {process.returncode} before listening on {port}")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout} s")
+
+
+def python_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+    return env
+
+
+@contextlib.contextmanager
+def _process(args: list[str], port: int, log_path: str) -> Iterator[subprocess.Popen]:
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(args, env=python_env(), stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    try:
+        wait_for_port(port, process)
+        yield process
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@contextlib.contextmanager
+def job_service(log_dir: str) -> Iterator[str]:
+    """Beam's local job service; yields its endpoint ``127.0.0.1:PORT``."""
+    port = free_port()
+    args = [sys.executable, "-m", "apache_beam.runners.portability.local_job_service_main", f"--port={port}"]
+    with _process(args, port, os.path.join(log_dir, "job-service.log")):
+        yield f"127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def worker_pool(log_dir: str) -> Iterator[str]:
+    """Beam's external SDK worker pool (``--environment_type=EXTERNAL``);
+    yields its address ``127.0.0.1:PORT``."""
+    port = free_port()
+    args = [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"]
+    with _process(args, port, os.path.join(log_dir, "worker-pool.log")):
+        yield f"127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def s3_server(bucket: str) -> Iterator[dict[str, str]]:
+    """moto's S3 API server with ``bucket`` created; yields Beam's S3 options."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        wait_for_port(port)
+        options = {
+            "s3_endpoint_url": f"http://127.0.0.1:{port}",
+            "s3_access_key_id": "testing",
+            "s3_secret_access_key": "testing",
+            "s3_region_name": "us-east-1",
+        }
+        client = boto3.client("s3", endpoint_url=options["s3_endpoint_url"], aws_access_key_id="testing",
+                              aws_secret_access_key="testing", region_name="us-east-1")
+        client.create_bucket(Bucket=bucket)
+        yield options
+    finally:
+        server.stop()

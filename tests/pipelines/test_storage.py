@@ -1,0 +1,102 @@
+"""Inputs and outputs on other storage: s3:// through Beam's FileSystems
+against a real S3 API server (moto) on loopback; fsspec protocols (hf://)
+for inputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import boto3
+import fsspec
+import pytest
+
+from corpora.settings import mmc4_pairs
+from pipelines import storage
+from pipelines.launch import execute
+from pipelines.runners import RunnerSettings
+from tests.beam_services import s3_server
+from tests.generated import mmc4_documents, write_mmc4
+from tests.helpers import read_tar, run_cli
+
+
+def test_paths_are_routed_to_beam_or_fsspec():
+    assert not storage.uses_fsspec("/data/docs.jsonl")
+    assert not storage.uses_fsspec("s3://bucket/docs.jsonl")
+    assert not storage.uses_fsspec("gs://bucket/docs.jsonl")
+    assert storage.uses_fsspec("hf://datasets/kakaobrain/coyo-700m/data/*.parquet")
+    assert storage.uses_fsspec("memory://corpus/docs.jsonl")
+
+
+def test_fsspec_inputs_are_listed_and_opened(tmp_path):
+    with fsspec.open("memory://listing/b.jsonl", "wb") as handle:
+        handle.write(b"second\n")
+    with fsspec.open("memory://listing/a.jsonl", "wb") as handle:
+        handle.write(b"first\n")
+    assert storage.match("memory://listing/*.jsonl") == ["memory:///listing/a.jsonl", "memory:///listing/b.jsonl"]
+    readable = storage.FsspecFile("memory:///listing/a.jsonl")
+    assert readable.metadata.path == "memory:///listing/a.jsonl"
+    with readable.open() as stream:
+        assert stream.read() == b"first\n"
+
+
+def test_manifest_style_writes_are_atomic_and_replace(tmp_path):
+    path = str(tmp_path / "manifest.json")
+    storage.write_json(path, {"shards": 1})
+    storage.write_json(path, {"shards": 2})
+    assert json.loads(open(path).read()) == {"shards": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]  # no temporary left
+
+
+@pytest.mark.slow
+def test_build_reads_an_fsspec_input_in_a_beam_pipeline(tmp_path, image_server, tokenizer_path):
+    local = write_mmc4(str(tmp_path / "docs.jsonl"), mmc4_documents(3, image_server.base))
+    with open(local, "rb") as source, fsspec.open("memory://hub/docs.jsonl", "wb") as target:
+        target.write(source.read())
+    settings = mmc4_pairs(("memory://hub/*.jsonl",), str(tmp_path / "out"), tokenizer=tokenizer_path,
+                          seq_len=64, tokens_per_image=4, samples_per_shard=100)
+    settings = settings.replace(fetch=dataclasses.replace(settings.fetch, image_size=32, allow_private_urls=True))
+    outcome = execute(settings, RunnerSettings(workers=1))
+    assert outcome.manifest["funnel"] == {"unit": "pair", "input": 6, "kept": 6, "dropped": {}}
+    samples = read_tar(str(tmp_path / "out" / "mmc4-pairs-000000.tar"))
+    documents = [doc for sample in samples for doc in sample["json"]["documents"]]
+    assert len(documents) == 6
+    assert {doc["meta"]["source_file"] for doc in documents} == {"docs.jsonl"}
+    assert outcome.counters["images.ok"] == 6
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_s3_round_trip_reads_inputs_from_and_writes_shards_to_a_bucket(tmp_path, image_server, tokenizer_path):
+    docs = write_mmc4(str(tmp_path / "docs.jsonl"), mmc4_documents(5, image_server.base, broken_every=4))
+    with s3_server("corpus") as options:
+        client = boto3.client("s3", endpoint_url=options["s3_endpoint_url"], aws_access_key_id="testing",
+                              aws_secret_access_key="testing", region_name="us-east-1")
+        client.upload_file(docs, "corpus", "mmc4/docs.jsonl")
+        args = ["build", "mmc4-pairs", "--input", "s3://corpus/mmc4/", "--output", "s3://corpus/built",
+                "--tokenizer", tokenizer_path, "--seq-len", "64", "--tokens-per-image", "4", "--image-size", "32",
+                "--samples-per-shard", "2", "--allow-private-urls", "--workers", "2", "--progress-every", "0",
+                "--", *(f"--{key}={value}" for key, value in options.items())]
+        result = run_cli(*args)  # two worker processes: the S3 options must reach them
+        assert result.returncode == 0, result.stderr
+
+        keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket="corpus", Prefix="built/")["Contents"])
+        manifest = json.loads(client.get_object(Bucket="corpus", Key="built/manifest.json")["Body"].read())
+        shard_keys = [k for k in keys if k.endswith(".tar")]
+        assert shard_keys == [f"built/{s['path']}" for s in manifest["shards"]]
+        assert not [k for k in keys if ".tmp-" in k]
+        funnel = manifest["funnel"]
+        assert funnel["input"] == 10 and funnel["dropped"] == {"http_404": 2} and funnel["kept"] == 8
+        documents = 0
+        for key in shard_keys:
+            data = client.get_object(Bucket="corpus", Key=key)["Body"].read()
+            path = tmp_path / key.replace("/", "_")
+            path.write_bytes(data)
+            samples = read_tar(str(path))
+            documents += sum(len(s["json"]["documents"]) for s in samples)
+            assert all(s["input_ids.npy"].shape == (64,) for s in samples)
+        assert documents == 8
+
+        again = run_cli(*args)  # the same command on a finished bucket build: nothing rewritten
+        assert again.returncode == 0, again.stderr
+        assert f"Resumed: {len(shard_keys)} shard(s) were already complete" in again.stdout
