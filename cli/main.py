@@ -38,6 +38,32 @@ def _check_tokenizer(path: str) -> None:
         raise UsageFailure(f"tokenizer is not a readable SentencePiece model: {path} ({str(exc).splitlines()[0]})")
 
 
+def _clip_settings(model, pretrained, **options):
+    """CLIP flags → ClipSettings, loading the model once here so a bad name or
+    checkpoint fails now, in one line, rather than inside a worker."""
+    if model is None:
+        given = [flag for flag, value in (("--clip-pretrained", pretrained), ("--min-clip-sim", options["min_sim"]),
+                                          ("--clip-top-fraction", options["top_fraction"]),
+                                          ("--save-embeddings", options["save_embeddings"])) if value]
+        if given:
+            raise UsageFailure(f"{given[0]} needs --clip-model")
+        return None
+    if pretrained is None:
+        raise UsageFailure("--clip-model needs --clip-pretrained (an open_clip tag such as openai, "
+                           "or a local checkpoint file)")
+    from corpora import clip
+
+    try:
+        settings = clip.clip_settings(model, pretrained, **options)
+        device = clip.resolve_device(settings.device)
+        loaded = clip.load_clip(settings, device="cpu")
+    except clip.ClipModelError as exc:
+        raise UsageFailure(str(exc)) from None
+    click.echo(f"CLIP: {settings.model_id}, embedding dim {loaded.embed_dim}, batch {settings.batch_size}, "
+               f"device {device}")
+    return settings
+
+
 def resolve_inputs(inputs: tuple[str, ...], spec: catalog.CorpusSpec) -> tuple[str, ...]:
     """Expand directories to the corpus's file patterns; check each input matches
     files that can be opened."""
@@ -106,15 +132,31 @@ def list_corpora() -> None:
 @click.option("--allow-private-urls", is_flag=True,
               help="Fetch from loopback, private and link-local addresses (refused by default).")
 @click.option("--smoke", is_flag=True, help="Laptop-sized settings: seq_len 256, 16 tokens per image, 64 px.")
+@click.option("--clip-model", default=None,
+              help="Score with this open_clip architecture (e.g. ViT-L-14) or open_clip config .json.")
+@click.option("--clip-pretrained", default=None,
+              help="open_clip pretrained tag (e.g. openai; needs network once) or a local checkpoint file.")
+@click.option("--clip-batch-size", type=click.IntRange(1), default=32, show_default=True)
+@click.option("--clip-device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="auto: CUDA (float16) where torch sees a GPU, else the CPU.")
+@click.option("--min-clip-sim", type=float, default=None, help="Drop records whose computed CLIP score is lower.")
+@click.option("--clip-top-fraction", type=float, default=None,
+              help="Keep this fraction of records with the highest CLIP score over the whole corpus.")
+@click.option("--save-embeddings", is_flag=True,
+              help="Write image and text CLIP embeddings with ids to clip-embeddings-*.parquet beside the shards.")
 @click.argument("beam_args", nargs=-1, type=click.UNPROCESSED)
 def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_token_id, pad_id, image_size,
-          resize_mode, samples_per_shard, pack_groups, workers, runner, allow_private_urls, smoke, beam_args):
+          resize_mode, samples_per_shard, pack_groups, workers, runner, allow_private_urls, smoke,
+          clip_model, clip_pretrained, clip_batch_size, clip_device, min_clip_sim, clip_top_fraction,
+          save_embeddings, beam_args):
     """Build CORPUS into WebDataset shards plus manifest.json.
 
     Beam pipeline options go after `--`, e.g. `-- --direct_running_mode=multi_threading`.
     """
     spec = catalog.get(corpus)
     _check_tokenizer(tokenizer)
+    clip = _clip_settings(clip_model, clip_pretrained, batch_size=clip_batch_size, device=clip_device,
+                          min_sim=min_clip_sim, top_fraction=clip_top_fraction, save_embeddings=save_embeddings)
     if output is None:
         output = os.path.join("corpora-out", corpus)
     if not inputs:
@@ -131,7 +173,7 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
         settings = build_settings.BUILDERS[corpus](
             inputs, output, tokenizer=tokenizer, seq_len=seq_len, tokens_per_image=tokens_per_image,
             image_token_id=image_token_id, pad_id=pad_id, samples_per_shard=samples_per_shard,
-            pack_groups=pack_groups,
+            pack_groups=pack_groups, clip=clip,
         )
         settings = settings.replace(fetch=dataclasses.replace(
             settings.fetch, image_size=image_size, resize_mode=resize_mode, allow_private_urls=allow_private_urls))

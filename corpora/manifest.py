@@ -22,6 +22,7 @@ def build_manifest(
     input_count: int,
     kept: int,
     dropped: dict[str, int],
+    clip: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The manifest of a finished build; raises if the funnel does not balance."""
     shard_list = sorted(shard_infos, key=lambda s: s["index"])
@@ -35,7 +36,7 @@ def build_manifest(
         "images": sum(s["images"] for s in shard_list),
         "bytes": sum(s["bytes"] for s in shard_list),
     }
-    return {
+    manifest = {
         "format": FORMAT,
         "corpora_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -59,4 +60,7 @@ def build_manifest(
         "totals": totals,
         "funnel": make_funnel(get_corpus(settings.corpus).unit, input_count, kept, dropped),
     }
+    if clip is not None:
+        manifest["clip"] = clip  # the CLIP model that scored the build, score quantiles, selection
+    return manifest
 

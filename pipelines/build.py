@@ -35,8 +35,9 @@ def _drop_counts(drops: beam.PCollection) -> beam.PCollection:
 
 
 def write_manifest(_, settings: BuildSettings, tokenizer: Tokenizer, shard_infos: list[dict],
-                   input_counts: int, kept: int, dropped: list[tuple[str, int]]) -> dict[str, Any]:
-    manifest = build_manifest(settings, tokenizer.info, shard_infos, input_counts, kept, dict(dropped))
+                   input_counts: int, kept: int, dropped: list[tuple[str, int]],
+                   clip: dict[str, Any] | None = None) -> dict[str, Any]:
+    manifest = build_manifest(settings, tokenizer.info, shard_infos, input_counts, kept, dict(dropped), clip)
     final = FileSystems.join(settings.output, MANIFEST)
     temporary = final + ".tmp"
     with FileSystems.create(temporary) as stream:
@@ -61,8 +62,15 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
         | "Batch" >> beam.BatchElements(min_batch_size=8, max_batch_size=256)
         | "Fetch" >> beam.ParDo(t.FetchImages(spec, settings.fetch)).with_outputs(t.DROPPED, main="docs")
     )
+    ready, drop_sources, clip_summary = fetched.docs, [read.dropped, fetched.dropped], None
+    if settings.clip is not None:
+        from pipelines.clip import ClipStage
+
+        scored = fetched.docs | "Clip" >> ClipStage(settings.clip, settings.output)
+        ready, clip_summary = scored.docs, beam.pvalue.AsSingleton(scored.summary)
+        drop_sources.append(scored.dropped)
     packed = (
-        fetched.docs
+        ready
         | "Tokenize" >> beam.ParDo(t.Tokenize(tokenizer))
         | "Group" >> beam.Map(lambda d, n: (stable_hash(d.id) % n, d), settings.pack_groups)
         | "ByGroup" >> beam.GroupByKey()
@@ -75,7 +83,7 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
         | "ByShard" >> beam.GroupByKey()
         | "WriteShard" >> beam.ParDo(t.WriteShard(settings))
     )
-    drops = (read.dropped, fetched.dropped) | "Drops" >> beam.Flatten()
+    drops = tuple(drop_sources) | "Drops" >> beam.Flatten()
     return (
         pipeline
         | "Finish" >> beam.Create([None])
@@ -87,6 +95,7 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
             input_counts=beam.pvalue.AsSingleton(read.input | "SumInput" >> beam.CombineGlobally(sum)),
             kept=beam.pvalue.AsSingleton(packed.kept | "SumKept" >> beam.CombineGlobally(sum)),
             dropped=beam.pvalue.AsList(_drop_counts(drops)),
+            clip=clip_summary,
         )
     )
 
