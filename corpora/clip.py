@@ -209,7 +209,8 @@ def _load_checkpoint(model, name: str, path: str) -> None:
     try:
         state = open_clip.factory.load_state_dict(path)
     except Exception as exc:  # torch.load raises many types for a file that is not a checkpoint
-        raise ClipModelError(f"CLIP checkpoint is not readable: {path} ({_one_line(exc)})") from None
+        raise ClipModelError(f"CLIP checkpoint is not readable: {path} (not a PyTorch or safetensors "
+                             f"state dict: {_load_reason(exc)})") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ClipModelError(f"CLIP checkpoint is not readable: {path} (not a state dict of tensors)")
     try:
@@ -217,6 +218,17 @@ def _load_checkpoint(model, name: str, path: str) -> None:
     except Exception:
         raise ClipModelError(f"CLIP checkpoint {path} does not fit architecture {name}: "
                              f"{_mismatch(model.state_dict(), state)}") from None
+
+
+def _load_reason(exc: BaseException) -> str:
+    """The useful part of a torch.load failure (weights-only loading buries it)."""
+    text = str(exc)
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        rest = [line.strip() for line in text.split(marker, 1)[1].splitlines() if line.strip()]
+        if rest:
+            return rest[0]
+    return _one_line(exc)
 
 
 def _mismatch(expected: dict, found: dict) -> str:
@@ -249,8 +261,9 @@ class ClipModel:
         self.tokenizer = tokenizer
         self.device = device
         self.batch_size = settings.batch_size
-        self.embed_dim = int(model.text_projection.shape[1]) if getattr(model, "text_projection", None) is not None \
-            else None
+        import open_clip
+
+        self.embed_dim = int((open_clip.get_model_config(settings.model) or {}).get("embed_dim", 0)) or None
         self.precision = "fp16-autocast" if device == "cuda" else "fp32"
 
     def _run(self, encode, batch):
@@ -293,6 +306,22 @@ class ClipModel:
         return np.concatenate(outputs).astype(np.float32, copy=False)
 
 
+def needs_quick_gelu(architecture: str, tag: str | None) -> bool:
+    """Whether weights ``tag`` were trained with QuickGELU that ``architecture``'s config lacks.
+
+    OpenAI's weights use QuickGELU; open_clip's ``ViT-L-14`` config does not,
+    and open_clip only warns when the two are combined. Without this, ``ViT-L-14``
+    with ``openai`` would score with the wrong activation.
+    """
+    import open_clip
+
+    if tag is None:
+        return False
+    tag_config = open_clip.get_pretrained_cfg(architecture, tag) or {}
+    model_config = open_clip.get_model_config(architecture) or {}
+    return bool(tag_config.get("quick_gelu")) and not model_config.get("quick_gelu", False)
+
+
 def load_clip(settings: ClipSettings, device: str | None = None) -> ClipModel:
     """Load the model ``settings`` name; raises :class:`ClipModelError` in one line."""
     require_clip()
@@ -312,7 +341,8 @@ def load_clip(settings: ClipSettings, device: str | None = None) -> ClipModel:
                                  f"{settings.model} (known tags: {known})")
         tag = pretrained
     try:
-        model, _, preprocess = open_clip.create_model_and_transforms(settings.model, pretrained=tag)
+        model, _, preprocess = open_clip.create_model_and_transforms(
+            settings.model, pretrained=tag, force_quick_gelu=needs_quick_gelu(settings.model, tag))
     except ClipModelError:
         raise
     except Exception as exc:
@@ -448,20 +478,35 @@ def document_similarity(doc: Document, model: ClipModel) -> DocumentSimilarity:
     (``similarity_matrix`` in its ``image_info``); assigning images to
     sentences from it is the layout's job.
     """
-    sentences = [c.text for c in doc.chunks if isinstance(c, TextChunk)]
-    decoded, rows, undecodable = [], [], []
-    for index, image in enumerate(doc.images):
-        picture = decode_image(image.data)
-        if picture is None:
-            undecodable.append(index)
-        else:
-            decoded.append(model.image_tensor(picture))
-            rows.append(index)
-    matrix = np.full((len(doc.images), len(sentences)), np.nan, dtype=np.float32)
-    if decoded and sentences:
-        matrix[rows] = similarity_matrix(model.encode_images(decoded), model.encode_texts(sentences))
-    return DocumentSimilarity(matrix, tuple(undecodable))
+    return document_similarities([doc], model)[0]
 
+
+def document_similarities(docs: Sequence[Document], model: ClipModel) -> list[DocumentSimilarity]:
+    """:func:`document_similarity` for many documents, their images and
+    sentences encoded together in full batches (a document holds only a few)."""
+    tensors, texts, layout = [], [], []
+    for doc in docs:
+        sentences = [c.text for c in doc.chunks if isinstance(c, TextChunk)]
+        rows, undecodable = [], []
+        for index, image in enumerate(doc.images):
+            picture = decode_image(image.data)
+            if picture is None:
+                undecodable.append(index)
+            else:
+                rows.append((index, len(tensors)))
+                tensors.append(model.image_tensor(picture))
+        layout.append((len(doc.images), rows, tuple(undecodable), len(texts), len(sentences)))
+        texts.extend(sentences)
+    image_embeddings = model.encode_images(tensors) if tensors else None
+    text_embeddings = model.encode_texts(texts) if texts else None
+    results = []
+    for n_images, rows, undecodable, first_text, n_texts in layout:
+        matrix = np.full((n_images, n_texts), np.nan, dtype=np.float32)
+        if rows and n_texts:
+            sentences = text_embeddings[first_text:first_text + n_texts]
+            matrix[[r for r, _ in rows]] = similarity_matrix(image_embeddings[[e for _, e in rows]], sentences)
+        results.append(DocumentSimilarity(matrix, undecodable))
+    return results
 
 EMBEDDINGS_ROWS_PER_FILE = 100_000
 

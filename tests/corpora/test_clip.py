@@ -69,6 +69,10 @@ def test_document_similarity_is_the_image_by_sentence_matrix(model, tiny_clip): 
     assert np.isnan(result.matrix[1]).all()
     for row, data in ((0, images[0]), (2, images[2])):
         np.testing.assert_allclose(result.matrix[row], direct_scores(tiny_clip, [data] * 4, sentences), atol=1e-5)
+    text_only = Document(id="t", corpus="mmc4", chunks=(TextChunk("just words"),))
+    batched = clip.document_similarities([doc, text_only, doc], model)
+    assert [b.matrix.shape for b in batched] == [(3, 4), (0, 1), (3, 4)]
+    np.testing.assert_array_equal(batched[2].matrix, result.matrix)
 
 
 @pytest.mark.parametrize("model_arg, pretrained, message", [
@@ -88,7 +92,8 @@ def test_checkpoint_errors_are_one_line(tiny_clip, tmp_path):  # noqa: F811
     garbage.write_bytes(b"this is not a checkpoint")
     with pytest.raises(clip.ClipModelError) as error:
         clip.load_clip(clip.clip_settings(tiny_clip.config_path, str(garbage)))
-    assert str(error.value).startswith(f"CLIP checkpoint is not readable: {garbage} (")
+    assert str(error.value).startswith(f"CLIP checkpoint is not readable: {garbage} (not a PyTorch or "
+                                       "safetensors state dict: ")
     with pytest.raises(clip.ClipModelError) as error:
         clip.load_clip(clip.clip_settings(tiny_clip.config_path, tiny_clip.mismatched))
     message = str(error.value)
@@ -112,6 +117,14 @@ def test_settings_record_the_checkpoint_and_validate_options(tiny_clip):  # noqa
         clip.clip_settings(tiny_clip.config_path, tiny_clip.checkpoint, top_fraction=1.5)
     with pytest.raises(clip.ClipModelError, match="--min-clip-sim is a cosine similarity"):
         clip.clip_settings(tiny_clip.config_path, tiny_clip.checkpoint, min_sim=2.0)
+
+
+def test_openai_weights_get_the_quick_gelu_they_were_trained_with():
+    assert clip.needs_quick_gelu("ViT-L-14", "openai")
+    assert clip.needs_quick_gelu("ViT-B-32", "openai")
+    assert not clip.needs_quick_gelu("ViT-L-14-quickgelu", "openai")  # the config has it already
+    assert not clip.needs_quick_gelu("ViT-L-14", "laion2b_s32b_b82k")
+    assert not clip.needs_quick_gelu("ViT-L-14", None)
 
 
 def test_cpu_is_used_without_a_gpu_and_cuda_is_refused_there():
@@ -138,3 +151,12 @@ def test_embeddings_parquet_round_trip(model):
     texts = np.array(table.column("text_embedding").to_pylist(), dtype=np.float32)
     recomputed = np.einsum("nd,nd->n", images, texts)
     np.testing.assert_allclose(recomputed, table.column(clip.SCORE).to_numpy(), atol=1e-5)
+
+
+def test_docstring_arrays_for_scores_and_matrix():
+    np.testing.assert_allclose(clip.pair_scores(np.array([[1.0, 0.0], [0.6, 0.8]]), np.array([[0.6, 0.8], [0.6, 0.8]])),
+                               [0.6, 1.0])
+    np.testing.assert_allclose(
+        clip.similarity_matrix(np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[0.6, 0.8], [1.0, 0.0], [0.0, 1.0]])),
+        [[0.6, 1.0, 0.0], [0.8, 0.0, 1.0]])
+    assert [clip.embeddings_file_count(n) for n in (0, 100_000, 100_001)] == [1, 1, 2]
