@@ -47,7 +47,7 @@ from corpora.record import Document, Drop, ImageChunk, TextChunk
 SCORE = "clip_sim"  # key of the computed score in ImageChunk.scores
 SCORE_DECIMALS = 6  # scores are stored rounded, well inside float32 precision
 DEVICES = ("auto", "cpu", "cuda")
-CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".npz")
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
 
 
 class ClipModelError(ValueError):
