@@ -10,7 +10,8 @@ import pytest
 
 from corpora import clip
 from corpora.record import Document, Drop, ImageChunk, TextChunk
-from tests.clip_model import CAPTIONS, SAMPLE_IMAGES, TINY_NAME, direct_scores, jpeg, pair, sample_pairs, tiny_clip  # noqa: F401
+from tests.clip_model import (  # noqa: F401  (tiny_clip is a fixture)
+    CAPTIONS, SAMPLE_IMAGES, TINY_NAME, direct_scores, jpeg, pair, sample_pairs, tiny_clip)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

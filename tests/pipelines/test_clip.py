@@ -7,6 +7,7 @@ import os
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
@@ -79,13 +80,17 @@ def test_min_sim_and_saved_embeddings(tiny_clip, expected, tmp_path):  # noqa: F
         assert_that(out.dropped | beam.Map(lambda d: d.reason),
                     equal_to(["clip_sim_below_min"] * 3 + ["clip_image_undecodable"]), label="Dropped")
         assert_that(out.summary | beam.Map(lambda s: (s["scored"], s["min_sim"], s["top_fraction"],
-                                                     [f["rows"] for f in s["embeddings"]])),
-                    equal_to([(8, minimum, None, [8])]), label="Summary")
+                                                     sum(f["rows"] for f in s["embeddings"]))),
+                    equal_to([(8, minimum, None, 8)]), label="Summary")
 
-    run(1, ClipStage(settings, str(tmp_path)), check)
+    run(1, ClipStage(settings, str(tmp_path), rows_per_file=3), check)  # 8 rows → 3 files
     files = sorted(glob.glob(os.path.join(tmp_path, "clip-embeddings-*.parquet")))
-    assert [os.path.basename(f) for f in files] == ["clip-embeddings-000000.parquet"]
-    table = pq.read_table(files[0])
+    assert [os.path.basename(f) for f in files] == [f"clip-embeddings-00000{i}.parquet" for i in range(3)]
+    tables = [pq.read_table(f) for f in files]
+    for table in tables:
+        assert table.column("id").to_pylist() == sorted(table.column("id").to_pylist())
+        assert table.schema.metadata[b"clip_model"] == f"{TINY_NAME}/tiny.pt".encode()
+    table = pa.concat_tables(tables).sort_by("id")
     assert table.column("id").to_pylist() == sorted(expected)  # every scored record, kept or not
     images = np.array(table.column("image_embedding").to_pylist())
     texts = np.array(table.column("text_embedding").to_pylist())
