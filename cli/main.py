@@ -20,6 +20,9 @@ from corpora import settings as build_settings
 from pipelines.runners import ENVIRONMENTS, RUNNERS, RunnerError, RunnerSettings, pipeline_options
 
 
+CLIP_CORPORA = ("coyo", "mmc4-pairs", "wit")
+
+
 class UsageFailure(click.ClickException):
     """Printed as one line, exit code 2."""
 
@@ -50,6 +53,32 @@ def _check_failures_file(path: str) -> str:
     except Exception as exc:  # missing file, not parquet, no url column
         raise UsageFailure(f"cannot read failures file {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     return path
+
+
+def _clip_settings(model, pretrained, **options):
+    """CLIP flags → ClipSettings, loading the model once here so a bad name or
+    checkpoint fails now, in one line, rather than inside a worker."""
+    if model is None:
+        given = [flag for flag, value in (("--clip-pretrained", pretrained), ("--min-clip-sim", options["min_sim"]),
+                                          ("--clip-top-fraction", options["top_fraction"]),
+                                          ("--save-embeddings", options["save_embeddings"])) if value]
+        if given:
+            raise UsageFailure(f"{given[0]} needs --clip-model")
+        return None
+    if pretrained is None:
+        raise UsageFailure("--clip-model needs --clip-pretrained (an open_clip tag such as openai, "
+                           "or a local checkpoint file)")
+    from corpora import clip
+
+    try:
+        settings = clip.clip_settings(model, pretrained, **options)
+        device = clip.resolve_device(settings.device)
+        loaded = clip.load_clip(settings, device="cpu")
+    except clip.ClipModelError as exc:
+        raise UsageFailure(str(exc)) from None
+    click.echo(f"CLIP: {settings.model_id}, embedding dim {loaded.embed_dim}, batch {settings.batch_size}, "
+               f"device {device}")
+    return settings
 
 
 def resolve_inputs(inputs: tuple[str, ...], spec: catalog.CorpusSpec) -> tuple[str, ...]:
@@ -158,7 +187,8 @@ def list_corpora() -> None:
               help="Fetch from loopback, private and link-local addresses (refused by default).")
 @click.option("--smoke", is_flag=True, help="Laptop-sized settings: seq_len 256, 16 tokens per image, 64 px.")
 @click.option("--min-clip-sim", type=float, default=None,
-              help="coyo: keep rows with clip_similarity_vitb32 + clip_similarity_vitl14 at least this "
+              help="With --clip-model: drop records whose computed CLIP score is lower. Without it, coyo only: "
+                   "keep rows with clip_similarity_vitb32 + clip_similarity_vitl14 at least this "
                    "(default 0.6, VILA's COYO-25M; 0 turns it off).")
 @click.option("--max-nsfw", type=float, default=None, help="coyo: drop rows where either NSFW score is above this.")
 @click.option("--min-size", type=click.IntRange(0), default=None,
@@ -178,12 +208,24 @@ def list_corpora() -> None:
 @click.option("--languages", default=None, help="wit: comma-separated language codes to keep, e.g. en,de.")
 @click.option("--with-context", is_flag=True, default=None,
               help="wit: put page_title and context_section_description before the caption.")
+@click.option("--clip-model", default=None,
+              help="Score with this open_clip architecture (e.g. ViT-L-14) or open_clip config .json.")
+@click.option("--clip-pretrained", default=None,
+              help="open_clip pretrained tag (e.g. openai; needs network once) or a local checkpoint file.")
+@click.option("--clip-batch-size", type=click.IntRange(1), default=32, show_default=True)
+@click.option("--clip-device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="auto: CUDA (float16) where torch sees a GPU, else the CPU.")
+@click.option("--clip-top-fraction", type=float, default=None,
+              help="Keep this fraction of records with the highest computed CLIP score over the whole corpus.")
+@click.option("--save-embeddings", is_flag=True,
+              help="Write image and text CLIP embeddings with ids to clip-embeddings-*.parquet beside the shards.")
 @fetch_options.fetch_options
 @click.argument("beam_args", nargs=-1, type=click.UNPROCESSED)
 def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_token_id, pad_id, image_size,
           resize_mode, samples_per_shard, pack_groups, pack, workers, runner, job_endpoint, environment_type,
           environment_config, project, region, temp_location, spark_master_url, flink_master, job_server_jar,
-          overwrite, progress_every, allow_private_urls, smoke, beam_args,
+          overwrite, progress_every, allow_private_urls, smoke, clip_model, clip_pretrained, clip_batch_size,
+          clip_device, clip_top_fraction, save_embeddings, beam_args,
           **flags):
     """Build CORPUS into WebDataset shards plus manifest.json.
 
@@ -205,6 +247,13 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
         FileSystems.set_options(pipeline_options(runner_settings, verbose=verbose))  # s3 endpoint, keys
     except (RunnerError, SystemExit) as exc:  # Beam's argparse exits on a malformed option
         raise UsageFailure(str(exc) if isinstance(exc, RunnerError) else "invalid Beam options after --") from None
+    # --min-clip-sim filters the computed score with --clip-model, else coyo's precomputed one
+    min_clip_sim = flags.pop("min_clip_sim") if clip_model is not None else None
+    clip = _clip_settings(clip_model, clip_pretrained, batch_size=clip_batch_size, device=clip_device,
+                          min_sim=min_clip_sim, top_fraction=clip_top_fraction, save_embeddings=save_embeddings)
+    if clip is not None and corpus not in CLIP_CORPORA:
+        raise UsageFailure(f"--clip-model scores records of one image and its text ({', '.join(CLIP_CORPORA)}), "
+                           f"not {corpus}")
     if output is None:
         output = os.path.join("corpora-out", corpus)
     if not inputs:
@@ -232,6 +281,8 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
     corpus_options = {name: value for name, value in corpus_flags.items() if value is not None}
     for name in corpus_options:
         if name not in build_settings.CORPUS_OPTIONS[corpus]:
+            if name == "min_clip_sim":
+                raise UsageFailure("--min-clip-sim needs --clip-model (without it, only coyo has precomputed scores)")
             users = [c for c, names in sorted(build_settings.CORPUS_OPTIONS.items()) if name in names]
             raise UsageFailure(f"--{name.replace('_', '-')} does not apply to {corpus} (only to {', '.join(users)})")
     if "languages" in corpus_options:
@@ -240,7 +291,7 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
         settings = build_settings.BUILDERS[corpus](
             inputs, output, tokenizer=tokenizer, seq_len=seq_len, tokens_per_image=tokens_per_image,
             image_token_id=image_token_id, pad_id=pad_id, samples_per_shard=samples_per_shard,
-            pack_groups=pack_groups, pack=pack,
+            pack_groups=pack_groups, pack=pack, clip=clip,
             **corpus_options,
         )
         settings = settings.replace(fetch=dataclasses.replace(

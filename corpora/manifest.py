@@ -24,6 +24,7 @@ def build_manifest(
     kept: int,
     dropped: dict[str, int],
     images: dict[str, int] | None = None,
+    clip: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The manifest of a finished build; raises if the funnel does not balance."""
     shard_list = sorted(shard_infos, key=lambda s: s["index"])
@@ -63,5 +64,7 @@ def build_manifest(
     }
     if images is not None:  # every image that reached the fetch stage: ok or one reason
         manifest["images"] = image_summary(images)
+    if clip is not None:
+        manifest["clip"] = clip  # the CLIP model that scored the build, score quantiles, selection
     return manifest
 

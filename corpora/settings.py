@@ -10,6 +10,7 @@ import dataclasses
 import os
 from typing import Any, Mapping
 
+from corpora.clip import ClipSettings
 from corpora.fetch import FetchSettings
 
 PACKAGE_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
@@ -31,6 +32,7 @@ class BuildSettings:
     pack: bool = True  # False: one document (or piece of one) per sample
     fetch: FetchSettings = FetchSettings(image_size=336)
     corpus_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    clip: ClipSettings | None = None  # CLIP scoring and filtering (corpora.clip); off when None
 
     def __post_init__(self) -> None:
         if self.seq_len < 8:

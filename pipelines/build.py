@@ -50,9 +50,10 @@ def write_failures(failures: beam.PCollection, settings: BuildSettings) -> beam.
 
 def write_manifest(_, settings: BuildSettings, tokenizer: Tokenizer, shard_infos: list[dict],
                    input_counts: int, kept: int, dropped: list[tuple[str, int]],
-                   images: list[tuple[str, int]] = (), failure_files: list[str] = ()) -> dict[str, Any]:
+                   images: list[tuple[str, int]] = (), failure_files: list[str] = (),
+                   clip: dict[str, Any] | None = None) -> dict[str, Any]:
     manifest = build_manifest(settings, tokenizer.info, shard_infos, input_counts, kept, dict(dropped),
-                              images=dict(images))
+                              images=dict(images), clip=clip)
     storage.write_json(FileSystems.join(settings.output, MANIFEST), manifest)  # last, and atomic
     return manifest
 
@@ -96,7 +97,13 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
         | "Fetch" >> beam.ParDo(t.FetchImages(spec, settings.fetch)).with_outputs(
             t.DROPPED, t.IMAGES, t.FAILURES, main="docs")
     )
-    docs, drops = fetched.docs, drops + [fetched.dropped]
+    docs, drops, clip_summary = fetched.docs, drops + [fetched.dropped], None
+    if settings.clip is not None:  # needs the image bytes; pair corpora only (one image and its text)
+        from pipelines.clip import ClipStage
+
+        scored = docs | "Clip" >> ClipStage(settings.clip, settings.output)
+        docs, clip_summary = scored.docs, beam.pvalue.AsSingleton(scored.summary)
+        drops = drops + [scored.dropped]
     if spec.layout is not None:
         laid_out = docs | "Layout" >> beam.ParDo(
             t.ApplyStage(spec.layout, settings, "layout")).with_outputs(t.DROPPED, main="docs")
@@ -121,6 +128,7 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
             dropped=beam.pvalue.AsList(_drop_counts(drops)),
             images=beam.pvalue.AsList(image_counts),
             failure_files=beam.pvalue.AsList(failure_files),
+            clip=clip_summary,
         )
     )
     _ = manifest | "Stats" >> WriteStats(packed["sequence_stats"], settings.output)

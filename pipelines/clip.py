@@ -1,0 +1,169 @@
+"""The CLIP stage in Beam: RunInference with a custom model handler.
+
+RunInference fits this stage: it batches elements, loads the model once per
+worker process in ``setup`` and shares it across the worker's threads
+(``shared.Shared``), and counts inference time. The handler only loads the
+model and calls :func:`corpora.clip.score_pairs`; batches are fixed at the
+model's batch size so padding is needed only at a bundle's end.
+
+Two things are done by hand: the device (``auto`` resolves through
+``torch.cuda.is_available()``, because RunInference's ``device='GPU'`` falls
+back to the CPU silently), and what crosses process boundaries (documents,
+drops and float32 numpy embeddings, never tensors).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Sequence
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+from apache_beam.ml.inference.base import ModelHandler, RunInference
+
+from corpora import clip, select
+from corpora.record import Document, Drop, stable_hash
+from pipelines.select import AtLeast, HistogramFn, TopFraction
+from pipelines.transforms import DROPPED, NAMESPACE, _route
+
+EMBEDDINGS = "embeddings"
+
+
+def clip_score(doc: Document) -> float | None:
+    """The computed CLIP score of a pair record (``None`` when it has none)."""
+    images = doc.images
+    return images[0].scores.get(clip.SCORE) if len(images) == 1 else None
+
+
+class ClipModelHandler(ModelHandler):
+    """Loads the open_clip model once per worker; scores a batch of pair records."""
+
+    def __init__(self, settings: clip.ClipSettings):
+        super().__init__(min_batch_size=settings.batch_size, max_batch_size=settings.batch_size)
+        self._settings = settings
+
+    def load_model(self) -> clip.ClipModel:
+        return clip.load_clip(self._settings)
+
+    def run_inference(self, batch: Sequence[Document], model: clip.ClipModel,
+                      inference_args: dict[str, Any] | None = None):
+        return clip.score_pairs(batch, model)
+
+    def get_num_bytes(self, batch: Sequence[Document]) -> int:
+        # The default pickles the whole batch (images included) just to measure it.
+        return sum(len(img.data or b"") for doc in batch for img in doc.images)
+
+    def get_metrics_namespace(self) -> str:
+        return f"{NAMESPACE}.clip"
+
+
+class _SplitScored(beam.DoFn):
+    def __init__(self, save_embeddings: bool):
+        self._save = save_embeddings
+
+    def process(self, outcome: clip.ScoredPair | Drop):
+        if isinstance(outcome, Drop):
+            yield _route(outcome, "clip")
+            return
+        Metrics.counter(NAMESPACE, "clip.scored").inc()
+        if self._save:
+            yield beam.pvalue.TaggedOutput(EMBEDDINGS, clip.embedding_row(outcome))
+        yield outcome.doc
+
+
+class _WriteEmbeddingFile(beam.DoFn):
+    def __init__(self, output: str, model_id: str):
+        self._output = output
+        self._model_id = model_id
+
+    def process(self, element):
+        index, rows = element
+        name = clip.embeddings_file_name(index)
+        final = FileSystems.join(self._output, name)
+        temporary = f"{final}.tmp"
+        with FileSystems.create(temporary) as stream:
+            info = clip.write_embeddings(stream, list(rows), self._model_id)
+        FileSystems.rename([temporary], [final])
+        yield {"path": name, **info}
+
+
+class WriteEmbeddings(beam.PTransform):
+    """Embedding rows → parquet files beside the shards, split by id hash."""
+
+    def __init__(self, output: str, model_id: str, rows_per_file: int = clip.EMBEDDINGS_ROWS_PER_FILE):
+        super().__init__()
+        self._output = output
+        self._model_id = model_id
+        self._rows_per_file = rows_per_file
+
+    def expand(self, rows):
+        per_file = self._rows_per_file
+        total = rows | "CountRows" >> beam.combiners.Count.Globally()
+        return (
+            rows
+            | "PickFile" >> beam.Map(
+                lambda row, n: (stable_hash(row["id"]) % clip.embeddings_file_count(n, per_file), row),
+                beam.pvalue.AsSingleton(total))
+            | "ByFile" >> beam.GroupByKey()
+            | "WriteFile" >> beam.ParDo(_WriteEmbeddingFile(self._output, self._model_id))
+        )
+
+
+class ClipOutput(NamedTuple):
+    docs: beam.PCollection
+    dropped: beam.PCollection
+    summary: beam.PCollection  # one dict: the manifest's ``clip`` entry
+
+
+class ClipStage(beam.PTransform):
+    """Score pair records, then apply ``min_sim`` and ``top_fraction``.
+
+    Sits after fetch (it needs the image bytes) and before tokenize.
+    """
+
+    def __init__(self, settings: clip.ClipSettings, output: str,
+                 resolution: float = select.RESOLUTION,
+                 rows_per_file: int = clip.EMBEDDINGS_ROWS_PER_FILE):
+        super().__init__()
+        self._settings = settings
+        self._output = output
+        self._resolution = resolution
+        self._rows_per_file = rows_per_file
+
+    def expand(self, docs: beam.PCollection) -> ClipOutput:
+        settings, resolution = self._settings, self._resolution
+        scored = (
+            docs
+            | "RunInference" >> RunInference(ClipModelHandler(settings))
+            | "SplitScored" >> beam.ParDo(_SplitScored(settings.save_embeddings)).with_outputs(
+                DROPPED, EMBEDDINGS, main="docs")
+        )
+        counts = (
+            scored.docs
+            | "ScoreBucket" >> beam.Map(lambda doc: select.bucket(clip_score(doc), resolution))
+            | "ScoreHistogram" >> beam.CombineGlobally(HistogramFn())
+        )
+        kept, drops = scored.docs, [scored[DROPPED]]
+        if settings.min_sim is not None:
+            kept, below = kept | "MinClipSim" >> AtLeast(clip_score, settings.min_sim, "clip_sim_below_min")
+            drops.append(below)
+        selection = docs.pipeline | "NoSelection" >> beam.Create([])
+        if settings.top_fraction is not None:
+            selected = kept | "ClipTopFraction" >> TopFraction(
+                clip_score, settings.top_fraction, "clip_below_top_fraction", resolution)
+            kept, selection = selected.kept, selected.summary
+            drops.append(selected.dropped)
+        files = docs.pipeline | "NoEmbeddings" >> beam.Create([])
+        if settings.save_embeddings:
+            files = scored[EMBEDDINGS] | "SaveEmbeddings" >> WriteEmbeddings(
+                self._output, settings.model_id, self._rows_per_file)
+        summary = (
+            docs.pipeline
+            | "ClipSummaryStart" >> beam.Create([None])
+            | "ClipSummary" >> beam.Map(
+                lambda _, counts, selection, files: clip.clip_summary(
+                    settings, counts, selection[0] if selection else None, files, resolution),
+                beam.pvalue.AsSingleton(counts), beam.pvalue.AsList(selection), beam.pvalue.AsList(files))
+        )
+        dropped = drops | "ClipDropped" >> beam.Flatten()
+        return ClipOutput(kept, dropped, summary)
