@@ -190,6 +190,9 @@ def list_corpora() -> None:
               help="With --clip-model: drop records whose computed CLIP score is lower. Without it, coyo only: "
                    "keep rows with clip_similarity_vitb32 + clip_similarity_vitl14 at least this "
                    "(default 0.6, VILA's COYO-25M; 0 turns it off).")
+@click.option("--top-fraction", type=float, default=None,
+              help="coyo: keep this fraction of rows with the highest clip_similarity_vitb32 + vitl14 over the "
+                   "whole corpus (ties broken by id), before any download. VILA's COYO-25M: 0.2 per file.")
 @click.option("--max-nsfw", type=float, default=None, help="coyo: drop rows where either NSFW score is above this.")
 @click.option("--min-size", type=click.IntRange(0), default=None,
               help="coyo: drop rows whose upstream width or height is below this.")

@@ -68,7 +68,7 @@ def coyo_required_columns(settings: BuildSettings) -> tuple[str, ...]:
     """``id``, ``url``, ``text`` and the columns the chosen filters read."""
     options = settings.corpus_options
     columns = list(coyo.REQUIRED)
-    if options.get("min_clip_sim") is not None:
+    if options.get("min_clip_sim") is not None or options.get("top_fraction") is not None:
         columns += ["clip_similarity_vitb32", "clip_similarity_vitl14"]
     if options.get("max_nsfw") is not None:
         columns += ["nsfw_score_opennsfw2", "nsfw_score_gantman"]

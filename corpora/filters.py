@@ -135,3 +135,17 @@ def wit_filter(doc: Document, options: Mapping[str, Any]) -> Document | Drop:
         return Drop("language_not_selected", doc.id, url=doc.source_url,
                     detail=f"language {doc.meta.get('language')!r}")
     return doc
+
+
+def coyo_clip_sum(doc: Document) -> float | None:
+    """The score COYO rows are ranked by (VILA's COYO-25M):
+    ``clip_similarity_vitb32 + clip_similarity_vitl14``; ``None`` if either is missing.
+
+    >>> coyo_clip_sum(Document("c", "coyo", (), meta={"clip_similarity_vitb32": 0.25,
+    ...                                               "clip_similarity_vitl14": 0.5}))
+    0.75
+    """
+    b32, l14 = doc.meta.get("clip_similarity_vitb32"), doc.meta.get("clip_similarity_vitl14")
+    if b32 is None or l14 is None:
+        return None
+    return float(b32) + float(l14)

@@ -78,10 +78,15 @@ def mmc4_pairs(inputs: tuple[str, ...], output: str, reassign: bool = False, **o
 
 
 def coyo(inputs: tuple[str, ...], output: str, min_clip_sim: float | None = 0.6, max_nsfw: float | None = None,
-         min_size: int = 0, max_aspect_ratio: float | None = None, **overrides: Any) -> BuildSettings:
+         min_size: int = 0, max_aspect_ratio: float | None = None, top_fraction: float | None = None,
+         **overrides: Any) -> BuildSettings:
     """COYO-700M as ``[image, alt-text]`` pairs. ``min_clip_sim`` 0.6 on
     ``clip_similarity_vitb32 + clip_similarity_vitl14`` is VILA's COYO-25M
-    threshold; ``None`` keeps every row."""
+    threshold; ``None`` keeps every row. ``top_fraction`` then keeps that
+    fraction of the rows left, ranked by the same sum over the whole corpus
+    (ties broken by id), before any download."""
+    if top_fraction is not None and not 0 < top_fraction <= 1:
+        raise ValueError(f"--top-fraction must be in (0, 1], got {top_fraction}")
     if min_clip_sim is not None and not 0 <= min_clip_sim <= 2:
         raise ValueError(f"--min-clip-sim is a sum of two cosine similarities, 0..2; got {min_clip_sim}")
     if max_nsfw is not None and not 0 <= max_nsfw <= 1:
@@ -91,7 +96,7 @@ def coyo(inputs: tuple[str, ...], output: str, min_clip_sim: float | None = 0.6,
     if max_aspect_ratio is not None and max_aspect_ratio < 1:
         raise ValueError(f"--max-aspect-ratio must be at least 1, got {max_aspect_ratio}")
     options = {"min_clip_sim": min_clip_sim or None, "max_nsfw": max_nsfw, "min_size": min_size,
-               "max_aspect_ratio": max_aspect_ratio}
+               "max_aspect_ratio": max_aspect_ratio, "top_fraction": top_fraction}
     return BuildSettings(corpus="coyo", inputs=inputs, output=output, corpus_options=options, **overrides)
 
 
@@ -163,7 +168,7 @@ BUILDERS = {"mmc4-pairs": mmc4_pairs, "coyo": coyo, "mmc4": mmc4, "mmc4-reordere
 # The corpus options each builder takes (the CLI refuses the others).
 CORPUS_OPTIONS = {
     "mmc4-pairs": ("reassign",),
-    "coyo": ("min_clip_sim", "max_nsfw", "min_size", "max_aspect_ratio"),
+    "coyo": ("min_clip_sim", "max_nsfw", "min_size", "max_aspect_ratio", "top_fraction"),
     "mmc4": ("reassign", "min_sim", "max_images", "preset", "keep_imageless"),
     "mmc4-reordered": ("reassign", "min_sim", "max_images", "preset", "keep_imageless"),
     "c4": (),

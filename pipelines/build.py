@@ -51,9 +51,11 @@ def write_failures(failures: beam.PCollection, settings: BuildSettings) -> beam.
 def write_manifest(_, settings: BuildSettings, tokenizer: Tokenizer, shard_infos: list[dict],
                    input_counts: int, kept: int, dropped: list[tuple[str, int]],
                    images: list[tuple[str, int]] = (), failure_files: list[str] = (),
-                   clip: dict[str, Any] | None = None) -> dict[str, Any]:
+                   clip: dict[str, Any] | None = None, selection: dict[str, Any] | None = None) -> dict[str, Any]:
     manifest = build_manifest(settings, tokenizer.info, shard_infos, input_counts, kept, dict(dropped),
                               images=dict(images), clip=clip)
+    if selection is not None:
+        manifest["top_fraction"] = selection  # where the global cut fell
     storage.write_json(FileSystems.join(settings.output, MANIFEST), manifest)  # last, and atomic
     return manifest
 
@@ -90,6 +92,14 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
         filtered = docs | "Filter" >> beam.ParDo(
             t.ApplyStage(spec.metadata_filter, settings, "filter")).with_outputs(t.DROPPED, main="docs")
         docs, drops = filtered.docs, drops + [filtered.dropped]
+    selection = None
+    if settings.corpus_options.get("top_fraction") is not None:  # coyo: global, by the precomputed CLIP sum
+        from corpora.filters import coyo_clip_sum
+        from pipelines.select import TopFraction
+
+        selected = docs | "TopFraction" >> TopFraction(coyo_clip_sum, settings.corpus_options["top_fraction"])
+        docs, drops = selected.kept, drops + [selected.dropped]
+        selection = beam.pvalue.AsSingleton(selected.summary)
     fetched = (
         docs
         | "Spread" >> beam.Reshuffle()
@@ -129,6 +139,7 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
             images=beam.pvalue.AsList(image_counts),
             failure_files=beam.pvalue.AsList(failure_files),
             clip=clip_summary,
+            selection=selection,
         )
     )
     _ = manifest | "Stats" >> WriteStats(packed["sequence_stats"], settings.output)

@@ -137,7 +137,7 @@ def test_coyo_filters_before_download_and_builds_image_alt_text_pairs(tmp_path, 
     found = check_shards(manifest, output)
     assert manifest["funnel"] == fixtures.COYO_FUNNEL
     assert manifest["settings"]["corpus_options"] == {
-        "min_clip_sim": 0.6, "max_nsfw": 0.5, "min_size": 32, "max_aspect_ratio": 4.0}
+        "min_clip_sim": 0.6, "max_nsfw": 0.5, "min_size": 32, "max_aspect_ratio": 4.0, "top_fraction": None}
     # Only the 6 rows that passed every metadata filter were downloaded.
     fetched = sorted(p.rsplit("/", 1)[-1] for p in image_server.requests[before:])
     assert fetched == ["404", "cat.jpg", "coyo-1125282207474.jpg", "coyo-1434519186493.jpg",
