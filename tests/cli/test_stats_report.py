@@ -229,13 +229,13 @@ def test_stats_bad_input_is_one_line_exit_2(built, target, message):
 
 def test_report_renders_offline_in_headless_chromium(built):
     output, sentence_of = built
-    result = run_cli("report", output, "--samples", "3")
+    result = run_cli("report", output, "--samples", "8")
     assert result.returncode == 0, result.stderr
     page = os.path.join(output, "report.html")
     assert result.stdout.strip() == f"Wrote {page}"
 
     manifest = load_manifest(output)
-    first = [s for shard in manifest["shards"] for s in read_tar(os.path.join(output, shard["path"]))][:3]
+    first = [s for shard in manifest["shards"] for s in read_tar(os.path.join(output, shard["path"]))][:8]
     expected_images = sum(1 for s in first for m in s["__members__"] if m.startswith("img"))
     artifacts = os.path.join(REPO, "test-artifacts")
     os.makedirs(artifacts, exist_ok=True)

@@ -9,7 +9,8 @@ from corpora import catalog, settings
 
 def test_defaults_follow_the_papers():
     assert settings.coyo((), "out").corpus_options == {
-        "min_clip_sim": 0.6, "max_nsfw": None, "min_size": 0, "max_aspect_ratio": None}  # VILA COYO-25M
+        "min_clip_sim": 0.6, "max_nsfw": None, "min_size": 0, "max_aspect_ratio": None,
+        "top_fraction": None}  # VILA COYO-25M
     assert settings.mmc4((), "out").corpus_options == {
         "reassign": False, "min_sim": None, "max_images": 6, "preset": None, "keep_imageless": False}  # VILA
     assert settings.mmc4_reordered((), "out").corpus == "mmc4-reordered"
