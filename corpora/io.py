@@ -67,5 +67,25 @@ def iter_lines(stream: BinaryIO, path: str) -> Iterator[tuple[int, bytes]]:
         raise InputError(f"{path}: {exc}") from exc
 
 
+def json_object(raw: bytes, where: str):
+    """A JSON-lines record as a dict, or a ``Drop`` saying why it is not one
+    (``not_utf8``, ``bad_json``). ``where`` names the line (``file:line``)."""
+    import json
+
+    from corpora.record import Drop
+
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return Drop("not_utf8", where, detail="line is not valid UTF-8")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return Drop("bad_json", where, detail=str(exc))
+    if not isinstance(obj, dict):
+        return Drop("bad_json", where, detail="line is not a JSON object")
+    return obj
+
+
 def basename(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from corpora import stats as corpus_stats
+from corpora.stats import format_number, format_share
 
 REPORT = "report.html"
 THUMBNAIL = 160  # px, the longer side of a gallery thumbnail
@@ -52,18 +53,6 @@ def _esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _num(value: Any, digits: int = 1) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    return f"{value:,}"
-
-
-def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.1f}%"
-
-
 # ── charts ───────────────────────────────────────────────────────────────────
 
 
@@ -82,8 +71,8 @@ def svg_histogram(dist: Mapping[str, Any] | None, label: str, digits: int = 0) -
     for k, count in enumerate(counts):
         h = plot_h * count / peak
         low, high = edges[k], edges[k + 1]
-        span = f"{_num(low, digits)}" if isinstance(low, int) and high - low == 1 else \
-            f"[{_num(low, digits)}, {_num(high, digits)})"
+        span = f"{format_number(low, digits)}" if isinstance(low, int) and high - low == 1 else \
+            f"[{format_number(low, digits)}, {format_number(high, digits)})"
         parts.append(f'<rect class="bar" x="{left + k * bar_w + 1:.1f}" y="{top + plot_h - h:.1f}" '
                      f'width="{max(bar_w - 2, 1):.1f}" height="{h:.1f}"><title>{_esc(span)}: {count}</title></rect>')
     parts.append(f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#889"/>')
@@ -92,14 +81,14 @@ def svg_histogram(dist: Mapping[str, Any] | None, label: str, digits: int = 0) -
     unit_bins = isinstance(edges[0], int) and edges[1] - edges[0] == 1
     if unit_bins:  # one bar per value: label the first and last bars' values under them
         parts.append(f'<text x="{left + bar_w / 2:.1f}" y="{top + plot_h + 14}" text-anchor="middle">'
-                     f'{_num(edges[0])}</text>')
+                     f'{format_number(edges[0])}</text>')
         if len(counts) > 1:
             parts.append(f'<text x="{left + plot_w - bar_w / 2:.1f}" y="{top + plot_h + 14}" '
-                         f'text-anchor="middle">{_num(edges[-1] - 1)}</text>')
+                         f'text-anchor="middle">{format_number(edges[-1] - 1)}</text>')
     else:
-        parts.append(f'<text x="{left}" y="{top + plot_h + 14}">{_num(edges[0], digits)}</text>')
+        parts.append(f'<text x="{left}" y="{top + plot_h + 14}">{format_number(edges[0], digits)}</text>')
         parts.append(f'<text x="{left + plot_w}" y="{top + plot_h + 14}" text-anchor="end">'
-                     f'{_num(edges[-1], digits)}</text>')
+                     f'{format_number(edges[-1], digits)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -115,7 +104,7 @@ def svg_bars(rows: Sequence[tuple[str, int, str]], total: int, title: str) -> st
     for i, (label, count, css) in enumerate(rows):
         y = 4 + i * row_h
         w = bar_w * count / total if total else 0
-        share = _pct(count / total) if total else "–"
+        share = format_share(count / total) if total else "–"
         parts.append(f'<text x="{label_w - 8}" y="{y + 15}" text-anchor="end">{_esc(label)}</text>')
         parts.append(f'<rect class="{css}" x="{label_w}" y="{y + 3}" width="{max(w, 1):.1f}" height="{row_h - 6}">'
                      f"<title>{_esc(label)}: {count} ({share})</title></rect>")
@@ -227,7 +216,7 @@ def sample_html(sample: Mapping[str, Any], manifest: Mapping[str, Any],
 def _dist_cells(dist: Mapping[str, Any] | None, digits: int = 1) -> str:
     if not dist:
         return '<td class="num">–</td>' * 6
-    return "".join(f'<td class="num">{_num(dist[k], digits)}</td>'
+    return "".join(f'<td class="num">{format_number(dist[k], digits)}</td>'
                    for k in ("count", "mean", "median", "p5", "p95", "max"))
 
 
@@ -243,23 +232,23 @@ def render_report(stats: Mapping[str, Any], manifest: Mapping[str, Any],
     def row(label: str, value: str, ref_key: str | None = None) -> str:
         ref = ""
         if reference:
-            ref = f'<td class="num ref">{_num(reference.get(ref_key)) if ref_key in reference else ""}</td>'
+            ref = f'<td class="num ref">{format_number(reference.get(ref_key)) if ref_key in reference else ""}</td>'
         return f'<tr><td>{_esc(label)}</td><td class="num">{value}</td>{ref}</tr>'
 
     ipd = stats["images_per_document"]
     headline = [
-        row("documents", _num(totals["documents"])),
-        row("images", _num(totals["images"])),
-        row("text tokens", _num(totals["text_tokens"])),
-        row("image-slot tokens", _num(totals["image_tokens"])),
-        row("BOS/EOS tokens", _num(totals["special_tokens"])),
-        row("padding tokens", _num(totals["padding_tokens"])),
-        row("text tokens per image", _num(stats["text_tokens_per_image"]), "text_tokens_per_image"),
-        row("images per document (mean)", _num(ipd["mean"] if ipd else None), "images_per_document"),
-        row("sequences", _num(packing["sequences"])),
-        row("non-padding fraction", _pct(packing["non_padding_fraction"])),
+        row("documents", format_number(totals["documents"])),
+        row("images", format_number(totals["images"])),
+        row("text tokens", format_number(totals["text_tokens"])),
+        row("image-slot tokens", format_number(totals["image_tokens"])),
+        row("BOS/EOS tokens", format_number(totals["special_tokens"])),
+        row("padding tokens", format_number(totals["padding_tokens"])),
+        row("text tokens per image", format_number(stats["text_tokens_per_image"]), "text_tokens_per_image"),
+        row("images per document (mean)", format_number(ipd["mean"] if ipd else None), "images_per_document"),
+        row("sequences", format_number(packing["sequences"])),
+        row("non-padding fraction", format_share(packing["non_padding_fraction"])),
         row("documents split across sequences",
-            f"{_num(packing['split_documents'])} ({_pct(packing['split_fraction'])})"),
+            f"{format_number(packing['split_documents'])} ({format_share(packing['split_fraction'])})"),
     ]
     dists = [("text tokens per document", stats["text_tokens_per_document"], 1),
              ("images per document", ipd, 2),
@@ -305,7 +294,7 @@ built {_esc(manifest.get("created", "?"))}</p>
 <figure id="funnel">{funnel_chart(funnel) or "<p>No funnel in the manifest.</p>"}</figure>
 
 <h2>Image fetch</h2>
-<p>{_pct(fetch["success_rate"])} of {_num(fetch["attempted"])} images fetched.</p>
+<p>{format_share(fetch["success_rate"])} of {format_number(fetch["attempted"])} images fetched.</p>
 <figure id="fetch">{svg_bars(fetch_rows, fetch["attempted"], "image fetch outcomes") if fetch["attempted"] else ""}</figure>
 
 <h2>Packed samples</h2>

@@ -9,10 +9,9 @@ One line is one text-only record; its id derives from the url.
 
 from __future__ import annotations
 
-import json
 from typing import BinaryIO, Iterator
 
-from corpora.io import basename, iter_lines
+from corpora.io import basename, json_object, iter_lines
 from corpora.record import Document, Drop, TextChunk, stable_id
 
 FILE_PATTERN = "c4-*.json.gz"
@@ -33,16 +32,9 @@ def parse_line(raw: bytes, path: str, line: int, corpus: str = "c4") -> Document
     'empty_text'
     """
     where = f"{basename(path)}:{line}"
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return Drop("not_utf8", where, detail="line is not valid UTF-8")
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return Drop("bad_json", where, detail=str(exc))
-    if not isinstance(obj, dict):
-        return Drop("bad_json", where, detail="line is not a JSON object")
+    obj = json_object(raw, where)
+    if isinstance(obj, Drop):
+        return obj
     url = obj.get("url")
     if not isinstance(url, str) or not url.strip():
         return Drop("missing_url", where)

@@ -15,10 +15,9 @@ A line is parsed into an :class:`Mmc4Document`; a layout (see
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
-from corpora.io import basename
+from corpora.io import basename, json_object
 from corpora.record import Drop, stable_id
 
 
@@ -91,16 +90,9 @@ def parse_line(raw: bytes, path: str, line: int) -> Mmc4Document | Drop:
     'missing_text_list'
     """
     where = f"{basename(path)}:{line}"
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return Drop("not_utf8", where, detail="line is not valid UTF-8")
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return Drop("bad_json", where, detail=str(exc))
-    if not isinstance(obj, dict):
-        return Drop("bad_json", where, detail="line is not a JSON object")
+    obj = json_object(raw, where)
+    if isinstance(obj, Drop):
+        return obj
     text_list = obj.get("text_list")
     if not isinstance(text_list, list):
         return Drop("missing_text_list", where)
