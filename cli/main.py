@@ -17,10 +17,11 @@ import click
 from cli import fetch_options
 from corpora import catalog
 from corpora import settings as build_settings
+from corpora.clip import DOCUMENT_CORPORA as DOCUMENT_CLIP_CORPORA  # scored image x sentence; images re-placed
 from pipelines.runners import ENVIRONMENTS, RUNNERS, RunnerError, RunnerSettings, pipeline_options
 
 
-CLIP_CORPORA = ("coyo", "mmc4-pairs", "wit")
+CLIP_CORPORA = ("coyo", "mmc4-pairs", "wit", "mmc4", "mmc4-reordered")
 
 
 class UsageFailure(click.ClickException):
@@ -187,7 +188,8 @@ def list_corpora() -> None:
               help="Fetch from loopback, private and link-local addresses (refused by default).")
 @click.option("--smoke", is_flag=True, help="Laptop-sized settings: seq_len 256, 16 tokens per image, 64 px.")
 @click.option("--min-clip-sim", type=float, default=None,
-              help="With --clip-model: drop records whose computed CLIP score is lower. Without it, coyo only: "
+              help="With --clip-model: drop records (mmc4, mmc4-reordered: images) whose computed CLIP score is "
+                   "lower. Without it, coyo only: "
                    "keep rows with clip_similarity_vitb32 + clip_similarity_vitl14 at least this "
                    "(default 0.6, VILA's COYO-25M; 0 turns it off).")
 @click.option("--top-fraction", type=float, default=None,
@@ -212,14 +214,16 @@ def list_corpora() -> None:
 @click.option("--with-context", is_flag=True, default=None,
               help="wit: put page_title and context_section_description before the caption.")
 @click.option("--clip-model", default=None,
-              help="Score with this open_clip architecture (e.g. ViT-L-14) or open_clip config .json.")
+              help="Score with this open_clip architecture (e.g. ViT-L-14) or open_clip config .json "
+                   "(mmc4, mmc4-reordered: and re-place each image before the sentence it matches).")
 @click.option("--clip-pretrained", default=None,
               help="open_clip pretrained tag (e.g. openai; needs network once) or a local checkpoint file.")
 @click.option("--clip-batch-size", type=click.IntRange(1), default=32, show_default=True)
 @click.option("--clip-device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
               help="auto: CUDA (float16) where torch sees a GPU, else the CPU.")
 @click.option("--clip-top-fraction", type=float, default=None,
-              help="Keep this fraction of records with the highest computed CLIP score over the whole corpus.")
+              help="Keep this fraction of records with the highest computed CLIP score over the whole corpus "
+                   "(pair corpora only).")
 @click.option("--save-embeddings", is_flag=True,
               help="Write image and text CLIP embeddings with ids to clip-embeddings-*.parquet beside the shards.")
 @fetch_options.fetch_options
@@ -252,11 +256,17 @@ def build(corpus, inputs, output, tokenizer, seq_len, tokens_per_image, image_to
         raise UsageFailure(str(exc) if isinstance(exc, RunnerError) else "invalid Beam options after --") from None
     # --min-clip-sim filters the computed score with --clip-model, else coyo's precomputed one
     min_clip_sim = flags.pop("min_clip_sim") if clip_model is not None else None
+    if clip_model is not None and corpus not in CLIP_CORPORA:
+        raise UsageFailure(f"--clip-model scores image-text pairs or documents ({', '.join(CLIP_CORPORA)}), "
+                           f"not {corpus}")
+    if clip_model is not None and corpus in DOCUMENT_CLIP_CORPORA:
+        # a global top fraction of images inside documents is not defined; embeddings rows are pairs
+        for flag, value in (("--clip-top-fraction", clip_top_fraction), ("--save-embeddings", save_embeddings)):
+            if value:
+                raise UsageFailure(f"{flag} applies to pair corpora (coyo, mmc4-pairs, wit), not to {corpus} "
+                                   "documents (use --min-clip-sim to remove their low-scoring images)")
     clip = _clip_settings(clip_model, clip_pretrained, batch_size=clip_batch_size, device=clip_device,
                           min_sim=min_clip_sim, top_fraction=clip_top_fraction, save_embeddings=save_embeddings)
-    if clip is not None and corpus not in CLIP_CORPORA:
-        raise UsageFailure(f"--clip-model scores records of one image and its text ({', '.join(CLIP_CORPORA)}), "
-                           f"not {corpus}")
     if output is None:
         output = os.path.join("corpora-out", corpus)
     if not inputs:

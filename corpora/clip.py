@@ -8,9 +8,10 @@ This module lets a build score with a model of the user's choice:
   the cosine similarity of its image and text embeddings, stored as
   ``scores["clip_sim"]`` on the image and ``meta["clip_model"]`` on the
   record, so both reach each sample's ``json``;
-- an interleaved document (``mmc4``) gets the image × sentence similarity
-  matrix (:func:`document_similarity`), from which images are assigned to
-  sentences.
+- an interleaved document (``mmc4``, ``mmc4-reordered``) gets the image ×
+  sentence similarity matrix (:func:`document_similarity`); its images are
+  assigned to sentences from it as ``--reassign`` does, placed before their
+  new sentences, and scored with their matched cell (:func:`score_documents`).
 
 Models come from open_clip: ``model`` is an open_clip architecture name
 (``ViT-L-14``) or the path of an open_clip model config ``.json`` (the
@@ -45,6 +46,7 @@ import numpy as np
 from corpora.record import Document, Drop, ImageChunk, TextChunk
 
 SCORE = "clip_sim"  # key of the computed score in ImageChunk.scores
+DOCUMENT_CORPORA = ("mmc4", "mmc4-reordered")  # scored as documents, not pairs
 SCORE_DECIMALS = 6  # scores are stored rounded, well inside float32 precision
 DEVICES = ("auto", "cpu", "cuda")
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
@@ -507,6 +509,71 @@ def document_similarities(docs: Sequence[Document], model: ClipModel) -> list[Do
             matrix[[r for r, _ in rows]] = similarity_matrix(image_embeddings[[e for _, e in rows]], sentences)
         results.append(DocumentSimilarity(matrix, undecodable))
     return results
+
+def assign_by_clip(doc: Document, similarity: DocumentSimilarity, model_id: str) -> Document | Drop:
+    """Re-place ``doc``'s images by its computed similarity matrix.
+
+    Images are assigned to sentences by :func:`corpora.assign.assign_images`
+    (the ``--reassign`` matching) on the rows of the images that decode, and
+    each is placed immediately before its sentence
+    (:func:`corpora.layouts.place_images`). Each image gets its matched cell
+    as ``scores["clip_sim"]`` and the sentence's position among the document's
+    sentences as ``meta["clip_text_index"]``; an image that does not decode is
+    removed and counted in ``meta["images_removed"]``. A document without
+    images passes unchanged, for the layout to judge.
+    """
+    from corpora.assign import assign_images
+    from corpora.layouts import place_images
+
+    images = doc.images
+    if not images:
+        return doc
+    if not doc.texts:
+        return Drop("clip_no_text", doc.id, url=doc.source_url)
+    rows = [i for i in range(len(images)) if i not in set(similarity.undecodable)]
+    assigned, sims = assign_images(similarity.matrix[rows]) if rows else ([], [])
+    matched: list[int | None] = [None] * len(images)
+    scored = list(images)
+    for row, sentence, sim in zip(rows, assigned, sims):
+        matched[row] = sentence
+        scored[row] = dataclasses.replace(images[row], scores={**images[row].scores, SCORE: round_score(sim)},
+                                          meta={**images[row].meta, "clip_text_index": sentence})
+    iterator = iter(scored)
+    doc = doc.replace(chunks=tuple(next(iterator) if isinstance(c, ImageChunk) else c for c in doc.chunks))
+    doc = place_images(doc, matched).with_meta(clip_model=model_id)
+    return _count_removed(doc, "clip_image_undecodable", len(similarity.undecodable))
+
+
+def score_documents(docs: Sequence[Document], model: ClipModel) -> list[Document | Drop]:
+    """Score and re-place the images of interleaved documents (``mmc4``), in
+    the order given: :func:`document_similarities`, then :func:`assign_by_clip`."""
+    similarities = document_similarities(docs, model)
+    return [assign_by_clip(doc, similarity, model.settings.model_id) for doc, similarity in zip(docs, similarities)]
+
+
+def remove_images_below(doc: Document, min_sim: float) -> Document:
+    """``doc`` without the images whose computed score is below ``min_sim``,
+    counted in ``meta["images_removed"]["clip_sim_below_min"]``. The document
+    stays (its layout drops it if no image is left).
+
+    >>> doc = Document("d", "mmc4", (ImageChunk("u0", scores={"clip_sim": 0.31}), TextChunk("a."),
+    ...     ImageChunk("u1", scores={"clip_sim": 0.12}), TextChunk("b.")))
+    >>> kept = remove_images_below(doc, 0.2)
+    >>> [c.text if c.kind == "text" else c.url for c in kept.chunks], kept.meta["images_removed"]
+    (['u0', 'a.', 'b.'], {'clip_sim_below_min': 1})
+    """
+    chunks = tuple(c for c in doc.chunks
+                   if not isinstance(c, ImageChunk) or c.scores.get(SCORE, float("-inf")) >= min_sim)
+    return _count_removed(doc.replace(chunks=chunks), "clip_sim_below_min", len(doc.chunks) - len(chunks))
+
+
+def _count_removed(doc: Document, reason: str, count: int) -> Document:
+    if not count:
+        return doc
+    removed = dict(doc.meta.get("images_removed") or {})
+    removed[reason] = removed.get(reason, 0) + count
+    return doc.with_meta(images_removed=removed)
+
 
 EMBEDDINGS_ROWS_PER_FILE = 100_000
 

@@ -9,7 +9,7 @@ enters as one, dropped with its reason).
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from corpora.record import Document, Drop, ImageChunk, TextChunk, stable_id
 from corpora.sources.mmc4 import Mmc4Document
@@ -148,9 +148,45 @@ def mmc4_document(doc: Mmc4Document, corpus: str = "mmc4", reassign: bool = Fals
     return Document(id=doc.id, corpus=corpus, chunks=tuple(chunks), source_url=doc.url, meta=meta)
 
 
+def place_images(doc: Document, matched: Sequence[int | None]) -> Document:
+    """``doc`` with each image moved before a newly matched sentence.
+
+    ``matched[i]`` is the new sentence of ``doc.images[i]``, as an index into
+    the document's text chunks (``doc.texts``); ``None`` removes the image.
+    Sentences keep their order; the images before one sentence keep their
+    order in ``image_info`` (``meta["image_index"]``), as in
+    :func:`mmc4_document`. The CLIP stage uses this to re-place images after
+    assigning them from its own similarity matrix.
+
+    >>> doc = Document("d", "mmc4", (ImageChunk("u0", meta={"image_index": 0}), TextChunk("a."),
+    ...     TextChunk("b."), ImageChunk("u1", meta={"image_index": 1}), TextChunk("c.")))
+    >>> [c.text if c.kind == "text" else c.url for c in place_images(doc, [2, 0]).chunks]
+    ['u1', 'a.', 'b.', 'u0', 'c.']
+    >>> [c.text if c.kind == "text" else c.url for c in place_images(doc, [None, 1]).chunks]
+    ['a.', 'u1', 'b.', 'c.']
+    """
+    images, texts = doc.images, doc.texts
+    if len(matched) != len(images):
+        raise ValueError(f"{len(matched)} matched indices for {len(images)} images")
+    before: dict[int, list[tuple[int, ImageChunk]]] = {}
+    for position, (image, sentence) in enumerate(zip(images, matched)):
+        if sentence is None:
+            continue
+        if not 0 <= sentence < len(texts):
+            raise ValueError(f"image {position} matched to sentence {sentence}, {len(texts)} sentences")
+        before.setdefault(sentence, []).append((image.meta.get("image_index", position), image))
+    chunks: list[ImageChunk | TextChunk] = []
+    for sentence, text in enumerate(texts):
+        chunks.extend(image for _, image in sorted(before.get(sentence, ()), key=lambda entry: entry[0]))
+        chunks.append(text)
+    return doc.replace(chunks=tuple(chunks))
+
+
 def _require_images(doc: Document, keep_imageless: bool, reason: str) -> Document | Drop:
     if doc.images or keep_imageless:
         return doc
+    if any(name.startswith("clip_") for name in doc.meta.get("images_removed") or {}):
+        reason = "no_images_after_clip"  # the CLIP stage removed the last of them
     return Drop(reason, doc.id, url=doc.source_url)
 
 

@@ -108,10 +108,13 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
             t.DROPPED, t.IMAGES, t.FAILURES, main="docs")
     )
     docs, drops, clip_summary = fetched.docs, drops + [fetched.dropped], None
-    if settings.clip is not None:  # needs the image bytes; pair corpora only (one image and its text)
-        from pipelines.clip import ClipStage
+    if settings.clip is not None:  # needs the image bytes; before the layout places images
+        from corpora.clip import DOCUMENT_CORPORA
+        from pipelines.clip import ClipStage, DocumentClipStage
 
-        scored = docs | "Clip" >> ClipStage(settings.clip, settings.output)
+        stage = (DocumentClipStage(settings.clip) if settings.corpus in DOCUMENT_CORPORA
+                 else ClipStage(settings.clip, settings.output))
+        scored = docs | "Clip" >> stage
         docs, clip_summary = scored.docs, beam.pvalue.AsSingleton(scored.summary)
         drops = drops + [scored.dropped]
     if spec.layout is not None:

@@ -3,8 +3,10 @@
 RunInference fits this stage: it batches elements, loads the model once per
 worker process in ``setup`` and shares it across the worker's threads
 (``shared.Shared``), and counts inference time. The handler only loads the
-model and calls :func:`corpora.clip.score_pairs`; batches are fixed at the
-model's batch size so padding is needed only at a bundle's end.
+model and calls :func:`corpora.clip.score_pairs` (pairs, :class:`ClipStage`)
+or :func:`corpora.clip.score_documents` (``mmc4`` documents,
+:class:`DocumentClipStage`); batches are fixed at the model's batch size so
+padding is needed only at a bundle's end.
 
 Two things are done by hand: the device (``auto`` resolves through
 ``torch.cuda.is_available()``, because RunInference's ``device='GPU'`` falls
@@ -55,6 +57,27 @@ class ClipModelHandler(ModelHandler):
 
     def get_metrics_namespace(self) -> str:
         return f"{NAMESPACE}.clip"
+
+
+class DocumentClipModelHandler(ClipModelHandler):
+    """The same handler for interleaved documents: each batch of documents is
+    scored and its images re-placed by :func:`corpora.clip.score_documents`."""
+
+    def run_inference(self, batch: Sequence[Document], model: clip.ClipModel,
+                      inference_args: dict[str, Any] | None = None):
+        return clip.score_documents(batch, model)
+
+
+def image_scores(doc: Document) -> list[float]:
+    """The computed CLIP scores of a document's images."""
+    return [image.scores[clip.SCORE] for image in doc.images if clip.SCORE in image.scores]
+
+
+class _RouteScored(beam.DoFn):
+    def process(self, outcome: Document | Drop):
+        if not isinstance(outcome, Drop):
+            Metrics.counter(NAMESPACE, "clip.images_scored").inc(len(image_scores(outcome)))
+        yield _route(outcome, "clip")
 
 
 class _SplitScored(beam.DoFn):
@@ -167,3 +190,43 @@ class ClipStage(beam.PTransform):
         )
         dropped = drops | "ClipDropped" >> beam.Flatten()
         return ClipOutput(kept, dropped, summary)
+
+
+class DocumentClipStage(beam.PTransform):
+    """Score interleaved documents (``mmc4``, ``mmc4-reordered``): re-place
+    their images by the computed matrix, then remove images below ``min_sim``.
+
+    Sits after fetch and before the layout, which drops a document left
+    without images. The manifest's ``clip`` entry counts images.
+    """
+
+    def __init__(self, settings: clip.ClipSettings, resolution: float = select.RESOLUTION):
+        super().__init__()
+        if settings.top_fraction is not None or settings.save_embeddings:
+            raise ValueError("documents take neither a CLIP top fraction nor saved embeddings")
+        self._settings = settings
+        self._resolution = resolution
+
+    def expand(self, docs: beam.PCollection) -> ClipOutput:
+        settings, resolution = self._settings, self._resolution
+        scored = (
+            docs
+            | "RunInference" >> RunInference(DocumentClipModelHandler(settings))
+            | "RouteScored" >> beam.ParDo(_RouteScored()).with_outputs(DROPPED, main="docs")
+        )
+        counts = (
+            scored.docs
+            | "ScoreBuckets" >> beam.FlatMap(lambda doc: [select.bucket(s, resolution) for s in image_scores(doc)])
+            | "ScoreHistogram" >> beam.CombineGlobally(HistogramFn())
+        )
+        kept = scored.docs
+        if settings.min_sim is not None:
+            kept = kept | "MinClipSim" >> beam.Map(clip.remove_images_below, settings.min_sim)
+        summary = (
+            docs.pipeline
+            | "ClipSummaryStart" >> beam.Create([None])
+            | "ClipSummary" >> beam.Map(
+                lambda _, counts: clip.clip_summary(settings, counts, None, [], resolution),
+                beam.pvalue.AsSingleton(counts))
+        )
+        return ClipOutput(kept, scored[DROPPED], summary)

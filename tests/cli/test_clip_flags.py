@@ -95,3 +95,61 @@ def test_bad_clip_flags_exit_2_with_one_line(tiny_clip, tmp_path, case, message)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(message.format(mismatched=tiny_clip.mismatched)), lines
     assert not os.path.exists(tmp_path / "out")
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_mmc4_build_places_images_before_the_sentences_clip_chose(tiny_clip, tmp_path, image_server,  # noqa: F811
+                                                                   tokenizer_path):
+    import hashlib
+    import json
+
+    from corpora.assign import assign_images
+    from tests import fixtures
+    from tests.cli.test_build_corpora import build, document_tokens, expected_ids, samples
+
+    path = fixtures.write_mmc4_jsonl(str(tmp_path / "docs_shard_0_v2.jsonl"), fixtures.mmc4_lines(image_server))
+    output = str(tmp_path / "out")
+    manifest = build("mmc4", [path], output, tokenizer_path, "--clip-model", tiny_clip.config_path,
+                     "--clip-pretrained", tiny_clip.checkpoint, "--clip-batch-size", "4")
+    assert manifest["funnel"] == fixtures.MMC4_FUNNEL  # CLIP re-places images; it drops no document here
+    found = samples(output)
+    jpegs = {hashlib.sha256(sample[m]).hexdigest(): sample[m]
+             for sample in found for m in sample["__members__"] if m.startswith("img")}
+    with open(path, "rb") as handle:
+        sources = {row["url"]: row for row in map(json.loads, handle.read().splitlines()[:2])}
+    assert len(sources) == 2  # the README document and "three": the two that are kept
+    scored = moved = 0
+    for url, source in sources.items():
+        ids, entry = document_tokens(found, url=url)
+        order = [info["raw_url"] for info in source["image_info"]]
+        images = sorted(entry["images"], key=lambda image: order.index(image["url"]))  # image_info order
+        sentences = [text.strip() for text in source["text_list"] if text.strip()]
+        matrix = np.stack([direct_scores(tiny_clip, [jpegs[image["sha256"]]] * len(sentences), sentences)
+                           for image in images])
+        matched, sims = assign_images(matrix)
+        upstream = [source["image_info"][order.index(image["url"])]["matched_text_index"] for image in images]
+        moved += matched != upstream
+        parts = [part for j, text in enumerate(sentences)
+                 for part in (*[i for i, m in enumerate(matched) if m == j], text)]
+        assert ids.tolist() == expected_ids(manifest, tokenizer_path, parts)
+        for image, sim in zip(images, sims):
+            assert abs(image["scores"]["clip_sim"] - sim) <= 1e-5
+        assert entry["meta"]["clip_model"] == f"{TINY_NAME}/tiny.pt"
+        scored += len(images)
+    assert manifest["clip"]["scored"] == scored == 4
+    assert moved  # the computed assignment is not upstream's, so the order above is CLIP's own
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize("corpus, flag", [("mmc4", "--clip-top-fraction"), ("mmc4-reordered", "--save-embeddings")])
+def test_document_corpora_refuse_pair_only_clip_flags(tiny_clip, tmp_path, corpus, flag):  # noqa: F811
+    extra = [flag, "0.5"] if flag == "--clip-top-fraction" else [flag]
+    result = run_cli("build", corpus, "--output", str(tmp_path / "out"), "--clip-model", tiny_clip.config_path,
+                     "--clip-pretrained", tiny_clip.checkpoint, *extra)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"corpora: {flag} applies to pair corpora (coyo, mmc4-pairs, wit), not to {corpus} documents "
+        "(use --min-clip-sim to remove their low-scoring images)"]
+    assert not os.path.exists(tmp_path / "out")

@@ -76,6 +76,50 @@ def test_document_similarity_is_the_image_by_sentence_matrix(model, tiny_clip): 
     np.testing.assert_array_equal(batched[2].matrix, result.matrix)
 
 
+def test_documents_are_assigned_by_their_matrix_and_images_re_placed(model, tiny_clip):  # noqa: F811
+    from corpora.assign import assign_images
+
+    images = [jpeg(path) for path in SAMPLE_IMAGES[:4]]
+    sentences = CAPTIONS[:3]
+    doc = Document(
+        id="doc", corpus="mmc4", source_url="http://pages.test/doc",
+        chunks=(ImageChunk("u0", data=images[0], scores={"matched_sim": 0.3}, meta={"image_index": 0}),
+                TextChunk(sentences[0]),
+                ImageChunk("u1", data=images[1], meta={"image_index": 1}), TextChunk(sentences[1]),
+                ImageChunk("u2", data=b"garbage", meta={"image_index": 2}),
+                ImageChunk("u3", data=images[3], meta={"image_index": 3}), TextChunk(sentences[2])),
+    )
+    matrix = np.stack([direct_scores(tiny_clip, [images[i]] * 3, sentences) for i in (0, 1, 3)])
+    computed = clip.document_similarity(doc, model).matrix
+    np.testing.assert_allclose(computed[[0, 1, 3]], matrix, atol=1e-5)
+    matched, sims = assign_images(computed[[0, 1, 3]])
+    assert matched == assign_images(matrix)[0]  # the same assignment as on open_clip's own matrix
+
+    scored = clip.score_documents([doc], model)[0]
+    before = {}
+    for url, sentence in zip(("u0", "u1", "u3"), matched):
+        before.setdefault(sentence, []).append(url)
+    expected = [part for j, text in enumerate(sentences) for part in (*before.get(j, []), text)]
+    assert [c.text if c.kind == "text" else c.url for c in scored.chunks] == expected
+    by_url = sorted(scored.images, key=lambda image: image.url)  # u0, u1, u3: the rows of the matrix
+    for image, sentence, sim in zip(by_url, matched, sims):
+        assert image.meta["clip_text_index"] == sentence
+        assert image.scores[clip.SCORE] == clip.round_score(sim)
+    assert by_url[0].scores["matched_sim"] == 0.3  # upstream's score stays beside the computed one
+    assert scored.meta["clip_model"] == f"{TINY_NAME}/tiny.pt"
+    assert scored.meta["images_removed"] == {"clip_image_undecodable": 1}
+
+    lowest = min(sims)
+    kept = clip.remove_images_below(scored, lowest + 1e-6)
+    assert len(kept.images) == 2 and [c.text for c in kept.texts] == sentences
+    assert kept.meta["images_removed"] == {"clip_image_undecodable": 1, "clip_sim_below_min": 1}
+
+    text_only = Document("t", "mmc4", (TextChunk("just words"),))
+    assert clip.score_documents([text_only], model) == [text_only]
+    no_text = Document("n", "mmc4", (ImageChunk("u", data=images[0]),))
+    assert clip.score_documents([no_text], model)[0].reason == "clip_no_text"
+
+
 @pytest.mark.parametrize("model_arg, pretrained, message", [
     ("ViT-B-32x", None, "unknown CLIP architecture 'ViT-B-32x' (did you mean ViT-B-32"),
     ("ViT-B-32", "no-such-tag", "unknown pretrained tag 'no-such-tag' for CLIP architecture ViT-B-32 (known tags:"),

@@ -133,3 +133,33 @@ def test_bad_pairs_are_dropped_one_by_one():
 def test_a_document_without_images_is_one_dropped_unit():
     results = list(mmc4_pairs(Mmc4Document("d", "u", ("a",), ())))
     assert len(results) == 1 and isinstance(results[0], Drop) and results[0].reason == "no_images"
+
+
+def _order(doc: Document) -> list[str]:
+    return [c.text if c.kind == "text" else c.url for c in doc.chunks]
+
+
+def test_place_images_moves_each_image_before_its_new_sentence():
+    image = lambda i: ImageChunk(f"u{i}", meta={"image_index": i})  # noqa: E731
+    doc = Document("d", "mmc4", (TextChunk("a."), image(0), TextChunk("b."), image(2), TextChunk("c."),
+                                 image(1), TextChunk("d.")), meta={"sentences": 4})
+    # doc.images is [u0, u2, u1]: u0 → d., u2 → a., u1 → a. (two images before one sentence keep image_info order)
+    placed = layouts.place_images(doc, [3, 0, 0])
+    assert _order(placed) == ["u1", "u2", "a.", "b.", "c.", "u0", "d."]
+    assert placed.meta == doc.meta and placed.id == "d"
+    assert _order(layouts.place_images(doc, [None, 2, None])) == ["a.", "b.", "u2", "c.", "d."]
+    assert _order(layouts.place_images(doc, [None, None, None])) == ["a.", "b.", "c.", "d."]
+    for bad in ([0, 1], [0, 1, 4]):
+        try:
+            layouts.place_images(doc, bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad} was accepted")
+
+
+def test_a_document_left_imageless_by_clip_is_dropped_with_that_reason():
+    doc = Document("d", "mmc4", (TextChunk("a."),), meta={"images_removed": {"clip_sim_below_min": 2}})
+    assert layouts.mmc4_interleaved(doc).reason == "no_images_after_clip"
+    assert layouts.mmc4_reordered(doc).reason == "no_images_after_clip"
+    assert layouts.mmc4_interleaved(doc, keep_imageless=True) is doc
+    assert layouts.mmc4_interleaved(doc.replace(meta={})).reason == "no_images_after_fetch"

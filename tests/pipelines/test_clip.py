@@ -96,3 +96,33 @@ def test_min_sim_and_saved_embeddings(tiny_clip, expected, tmp_path):  # noqa: F
     texts = np.array(table.column("text_embedding").to_pylist())
     np.testing.assert_allclose(np.einsum("nd,nd->n", images, texts), [expected[r] for r in sorted(expected)],
                                atol=1e-5)
+
+
+def test_document_stage_re_places_images_and_removes_those_below_min_sim(tiny_clip):  # noqa: F811
+    from corpora.record import Document, ImageChunk, TextChunk
+    from pipelines.clip import DocumentClipStage
+    from tests.clip_model import CAPTIONS, SAMPLE_IMAGES, jpeg
+
+    images = [jpeg(path) for path in SAMPLE_IMAGES[:3]]
+    docs = [Document(f"d{k}", "mmc4", (
+        ImageChunk(f"u{k}0", data=images[0], meta={"image_index": 0}), TextChunk(CAPTIONS[k]),
+        ImageChunk(f"u{k}1", data=images[(k + 1) % 3], meta={"image_index": 1}), TextChunk(CAPTIONS[k + 1]),
+        TextChunk(CAPTIONS[k + 2]))) for k in range(3)] + [Document("t", "mmc4", (TextChunk("only text"),))]
+    settings = clip.clip_settings(tiny_clip.config_path, tiny_clip.checkpoint, batch_size=2)
+    model = clip.load_clip(settings)
+    core = {doc.id: doc for doc in clip.score_documents(docs, model)}
+    scores = sorted(s.scores[clip.SCORE] for doc in core.values() for s in doc.images)
+    minimum = (scores[2] + scores[3]) / 2
+    expected = {rid: clip.remove_images_below(doc, minimum) for rid, doc in core.items()}
+    assert sum(len(doc.images) for doc in expected.values()) == 3
+    order = lambda doc: (doc.id, tuple(c.text if c.kind == "text" else c.url for c in doc.chunks),  # noqa: E731
+                         tuple(sorted((doc.meta.get("images_removed") or {}).items())))
+
+    options = pipeline_options("DirectRunner", 1)
+    with beam.Pipeline(runner=make_runner(options), options=options) as pipeline:
+        out = pipeline | beam.Create(docs) | DocumentClipStage(
+            clip.clip_settings(tiny_clip.config_path, tiny_clip.checkpoint, batch_size=2, min_sim=minimum))
+        assert_that(out.docs | beam.Map(order), equal_to([order(d) for d in expected.values()]), label="Docs")
+        assert_that(out.dropped, equal_to([]), label="Dropped")
+        assert_that(out.summary | beam.Map(lambda s: (s["scored"], s["model"], s["min_sim"])),
+                    equal_to([(6, f"{TINY_NAME}/tiny.pt", minimum)]), label="Summary")
