@@ -370,7 +370,7 @@ def _print_summary(manifest: dict) -> None:
     click.echo("Statistics: stats.json (`corpora stats DIR`, `corpora report DIR`)")
     images = manifest.get("images")
     if images:
-        click.echo(f"Images: {images['input']} fetched, {images['ok']} ok"
+        click.echo(f"Images: {images['input']} attempted, {images['ok']} ok"
                    + "".join(f", {reason} {n}" for reason, n in sorted(images["failed"].items(), key=lambda kv: -kv[1])))
         if images["failed"]:
             click.echo(f"  failed URLs: {images['failures_file']} (rebuild them with --retry-failures)")
