@@ -14,17 +14,11 @@ import numpy as np
 import pytest
 
 from tests.browser import Browser
+from tests.fixtures import SENTENCES
 from tests.helpers import REPO, load_manifest, read_tar, run_cli, write_jsonl
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
-SENTENCES = [
-    "A cup of coffee sits on a wooden table in the morning light.",
-    "The cat sleeps on the windowsill while the rain falls outside.",
-    "Rockets carry satellites from the launch pad into orbit around the earth.",
-    "The photographer stands behind a camera on a tripod in the park.",
-    "Galaxies far away appear as faint smudges of light in the deep field.",
-]
 LONG = " ".join(SENTENCES[i % 5] for i in range(7))  # longer than seq_len: split across sequences
 SEQ_LEN, TOKENS_PER_IMAGE = 160, 8
 
