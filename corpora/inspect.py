@@ -55,6 +55,43 @@ def _image_size(image: Any) -> str:
     return f"{image.width}x{image.height}" if image is not None else "missing"
 
 
+def segment_parts(run, image_token: int | None, tokens_per_image: int,
+                  bos: int | None, eos: int | None) -> list[tuple]:
+    """One segment's ids as a reader sees them, in order: ``("bos",)``,
+    ``("image", slots)`` per image (adjacent images have adjacent slot runs,
+    each ``tokens_per_image`` long), ``("text", ids)``, ``("eos",)``.
+
+    >>> segment_parts([1, 9, 9, 9, 9, 5, 6, 2], image_token=9, tokens_per_image=2, bos=1, eos=2)
+    [('bos',), ('image', 2), ('image', 2), ('text', [5, 6]), ('eos',)]
+    """
+    parts: list[tuple] = []
+    text: list[int] = []
+    position = 0
+    while position < len(run):
+        token = int(run[position])
+        if token == image_token or token in (bos, eos):
+            if text:
+                parts.append(("text", text))
+                text = []
+        if token == image_token:
+            end = position
+            while end < len(run) and int(run[end]) == image_token and end - position < tokens_per_image:
+                end += 1
+            parts.append(("image", end - position))
+            position = end
+            continue
+        if token == bos:
+            parts.append(("bos",))
+        elif token == eos:
+            parts.append(("eos",))
+        else:
+            text.append(token)
+        position += 1
+    if text:
+        parts.append(("text", text))
+    return parts
+
+
 def describe_sample(sample: reader.Sample, manifest: dict[str, Any] | None) -> str:
     """The sample's segments: decoded text with ``[image k: WxH]`` where each
     image's slot run sits, ``<s>``/``</s>`` for BOS/EOS, and the padding."""
@@ -76,34 +113,15 @@ def describe_sample(sample: reader.Sample, manifest: dict[str, Any] | None) -> s
         split = f", piece {doc['piece'] + 1} of {doc['pieces']}" if doc.get("split") else ""
         lines.append(f"── segment {segment}: {doc.get('id', '?')} ({len(run)} tokens{split})")
         parts: list[str] = []
-        text: list[int] = []
-
-        def flush() -> None:
-            if text:
-                parts.append(decode(text))
-                text.clear()
-
-        position = 0
-        while position < len(run):
-            token = int(run[position])
-            if image_token is not None and token == image_token:
-                flush()
-                # adjacent images have adjacent slot runs: one run is tokens_per_image long
-                end = position
-                while end < len(run) and int(run[end]) == image_token and end - position < per_image:
-                    end += 1
+        for part in segment_parts(run, image_token, per_image, bos, eos):
+            if part[0] == "text":
+                parts.append(decode(part[1]))
+            elif part[0] == "image":
                 image = sample.images[image_index] if image_index < len(sample.images) else None
-                parts.append(f"[image {image_index}: {_image_size(image)}, {end - position} slots]")
+                parts.append(f"[image {image_index}: {_image_size(image)}, {part[1]} slots]")
                 image_index += 1
-                position = end
-                continue
-            if token in (bos, eos):
-                flush()
-                parts.append("<s>" if token == bos else "</s>")
             else:
-                text.append(token)
-            position += 1
-        flush()
+                parts.append("<s>" if part[0] == "bos" else "</s>")
         lines.append("   " + " ".join(parts))
     padding = int((segments == 0).sum())
     if padding:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Any, Iterable, Iterator, Mapping, Union
+from typing import Any, Mapping, Union
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,15 +97,6 @@ class Drop:
 
 
 StageResult = Union[Document, Drop, None]
-
-
-def iter_results(result: StageResult | Iterable[Document | Drop]) -> Iterator[Document | Drop]:
-    """Normalise what a stage returned into an iterator of documents and drops."""
-    if result is None:
-        return iter(())
-    if isinstance(result, (Document, Drop)):
-        return iter((result,))
-    return iter(result)
 
 
 def stable_id(*parts: str | int) -> str:

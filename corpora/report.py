@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from corpora import stats as corpus_stats
+from corpora.inspect import segment_parts
 from corpora.stats import format_number, format_share
 
 REPORT = "report.html"
@@ -169,39 +170,21 @@ def sample_html(sample: Mapping[str, Any], manifest: Mapping[str, Any],
         if doc.get("split"):
             meta.append(f"piece {doc.get('piece', 0) + 1} of {doc.get('pieces', 1)}")
         out.append(f'<div class="segment"><div class="meta">{" · ".join(meta)}</div><div class="flow">')
-        text: list[int] = []
-
-        def flush() -> None:
-            if text:
-                out.append(_esc(decode(text)) if decode else f'<span class="special">‹{len(text)} tokens›</span>')
+        run = ids[int(where[0]): int(where[-1]) + 1]
+        for part in segment_parts(run, image_token, manifest["tokens_per_image"], bos, eos):
+            if part[0] == "text":
+                out.append(_esc(decode(part[1])) if decode else f'<span class="special">‹{len(part[1])} tokens›</span>')
                 out.append(" ")
-                text.clear()
-
-        position, end = int(where[0]), int(where[-1]) + 1
-        while position < end:
-            token = int(ids[position])
-            if token == image_token:
-                flush()
-                run_end = position
-                while run_end < end and int(ids[run_end]) == image_token:
-                    run_end += 1
-                for _ in range((run_end - position) // manifest["tokens_per_image"]):
-                    url = thumbnail(images[image_index]) if image_index < len(images) else None
-                    if url:
-                        out.append(f'<img class="thumb" alt="image {image_index}" title="image {image_index}" '
-                                   f'src="{url}">')
-                    else:
-                        out.append(f'<span class="special">[image {image_index}: missing]</span>')
-                    image_index += 1
-                position = run_end
-                continue
-            if token in (bos, eos):
-                flush()
-                out.append(f'<span class="special">{"&lt;s&gt;" if token == bos else "&lt;/s&gt;"}</span> ')
+            elif part[0] == "image":
+                url = thumbnail(images[image_index]) if image_index < len(images) else None
+                if url:
+                    out.append(f'<img class="thumb" alt="image {image_index}" title="image {image_index}" '
+                               f'src="{url}">')
+                else:
+                    out.append(f'<span class="special">[image {image_index}: missing]</span>')
+                image_index += 1
             else:
-                text.append(token)
-            position += 1
-        flush()
+                out.append(f'<span class="special">{"&lt;s&gt;" if part[0] == "bos" else "&lt;/s&gt;"}</span> ')
         out.append("</div></div>")
     padding = int((segments == 0).sum())
     if padding:

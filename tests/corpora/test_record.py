@@ -1,7 +1,7 @@
 import subprocess
 import sys
 
-from corpora.record import Document, Drop, TextChunk, iter_results, stable_hash, stable_id
+from corpora.record import stable_hash, stable_id
 
 
 def test_stable_hash_is_the_same_in_another_process():
@@ -17,11 +17,3 @@ def test_stable_id_depends_on_every_part():
     assert stable_id("a", 1) == stable_id("a", 1)
     assert stable_id("a", 1) != stable_id("a", 2)
     assert stable_id("a", "1b") != stable_id("a1", "b")
-
-
-def test_iter_results_accepts_what_stages_return():
-    doc = Document("x", "c", (TextChunk("hi"),))
-    drop = Drop("bad_json", "x")
-    assert list(iter_results(None)) == []
-    assert list(iter_results(doc)) == [doc]
-    assert list(iter_results([doc, drop])) == [doc, drop]
