@@ -82,13 +82,9 @@ def c4_like_texts(count: int, seed: int = SEED) -> list[str]:
     import gzip
     import json
 
-    path = os.path.join(os.path.dirname(ROOT), "shared", "fixtures", "upstream",
-                        "c4-train.00000-of-01024.first3.json.gz")
-    if os.path.exists(path):
-        with gzip.open(path, "rt", encoding="utf-8") as handle:
-            words = " ".join(json.loads(line)["text"] for line in handle).split()
-    else:
-        words = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read().split()
+    path = os.path.join(ROOT, "tests", "data", "upstream", "c4-train.00000-of-01024.first3.json.gz")
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        words = " ".join(json.loads(line)["text"] for line in handle).split()
     rng = np.random.default_rng(seed)
     texts = []
     for length in c4_lengths(count, seed):

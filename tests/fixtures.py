@@ -1,6 +1,6 @@
 """Fixture corpora in each exact upstream format, for readers and end-to-end builds.
 
-Every corpus holds the real upstream sample rows of ``../shared/fixtures/upstream``
+Every corpus holds the real upstream sample rows of ``tests/data/upstream``
 plus generated rows, among them the bad inputs each reader must drop with its
 own reason. With ``server`` (a :class:`tests.servers.ImageServer`) the image
 URLs point at that loopback server (the real rows keep every other field);

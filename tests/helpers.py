@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-UPSTREAM = os.path.join(os.path.dirname(REPO), "shared", "fixtures", "upstream")
+# Real upstream sample rows, copied into the repository (provenance in its README.md).
+UPSTREAM = os.path.join(REPO, "tests", "data", "upstream")
 
 
 def run_cli(*args: str, cwd: str | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
