@@ -37,9 +37,16 @@ from PIL import Image  # noqa: E402
 from corpora.record import Document, ImageChunk, TextChunk  # noqa: E402
 from corpora.settings import PACKAGE_DATA  # noqa: E402
 
-CAPTIONS = ["an astronaut in a white suit", "a brick wall in the sun", "an old film camera on a table",
-            "a cat sleeping on a windowsill", "a cup of coffee", "green grass after rain",
-            "galaxies in the deep field", "a rocket lifting off at dawn"]
+CAPTIONS = [
+    "an astronaut in a white suit",
+    "a brick wall in the sun",
+    "an old film camera on a table",
+    "a cat sleeping on a windowsill",
+    "a cup of coffee",
+    "green grass after rain",
+    "galaxies in the deep field",
+    "a rocket lifting off at dawn",
+]
 
 
 def make_records(count: int, image_size: int) -> list[Document]:
@@ -55,12 +62,22 @@ def make_records(count: int, image_size: int) -> list[Document]:
         box = (shift, shift, source.width - 16 + shift, source.height - 16 + shift)
         buffer = io.BytesIO()
         source.crop(box).resize((image_size, image_size)).save(buffer, "JPEG", quality=95)
-        records.append(Document(
-            id=f"bench-{i:06d}", corpus="bench",
-            chunks=(ImageChunk(url=f"http://bench.test/{i}.jpg", data=buffer.getvalue(), width=image_size,
-                               height=image_size, sha256="0" * 64),
-                    TextChunk(f"{CAPTIONS[i % len(CAPTIONS)]}, number {i}")),
-        ))
+        records.append(
+            Document(
+                id=f"bench-{i:06d}",
+                corpus="bench",
+                chunks=(
+                    ImageChunk(
+                        url=f"http://bench.test/{i}.jpg",
+                        data=buffer.getvalue(),
+                        width=image_size,
+                        height=image_size,
+                        sha256="0" * 64,
+                    ),
+                    TextChunk(f"{CAPTIONS[i % len(CAPTIONS)]}, number {i}"),
+                ),
+            )
+        )
     return records
 
 
@@ -74,13 +91,19 @@ def baseline(records: list[Document], model_name: str, batch_size: int, device: 
     model = model.to(device).eval()
     tokenizer = open_clip.get_tokenizer(model_name)
     scores = []
-    with torch.inference_mode(), torch.autocast("cuda", dtype=torch.float16, enabled=device == "cuda"):
+    with (
+        torch.inference_mode(),
+        torch.autocast("cuda", dtype=torch.float16, enabled=device == "cuda"),
+    ):
         for begin in range(0, len(records), batch_size):
-            batch = records[begin:begin + batch_size]
-            images = torch.stack([preprocess(Image.open(io.BytesIO(r.images[0].data)).convert("RGB"))
-                                  for r in batch]).to(device)
+            batch = records[begin : begin + batch_size]
+            images = torch.stack(
+                [preprocess(Image.open(io.BytesIO(r.images[0].data)).convert("RGB")) for r in batch]
+            ).to(device)
             texts = tokenizer([r.texts[0].text for r in batch]).to(device)
-            image_features = torch.nn.functional.normalize(model.encode_image(images).float(), dim=-1)
+            image_features = torch.nn.functional.normalize(
+                model.encode_image(images).float(), dim=-1
+            )
             text_features = torch.nn.functional.normalize(model.encode_text(texts).float(), dim=-1)
             scores.extend((image_features * text_features).sum(-1).cpu().tolist())
     assert len(scores) == len(records)
@@ -106,16 +129,30 @@ def ours(records: list[Document], model_name: str, batch_size: int, device: str)
     options = pipeline_options("DirectRunner", 1)
     start = time.perf_counter()
     with beam.Pipeline(runner=make_runner(options), options=options) as pipeline:
-        stage = (pipeline | beam.Create([source]) | beam.FlatMap(lambda path: pickle.load(open(path, "rb")))
-                 | ClipStage(settings, output))
-        _ = stage.docs | beam.combiners.Count.Globally() | beam.Map(
-            lambda n, expected: None if n == expected else sys.exit(f"scored {n} of {expected}"), len(records))
+        stage = (
+            pipeline
+            | beam.Create([source])
+            | beam.FlatMap(lambda path: pickle.load(open(path, "rb")))
+            | ClipStage(settings, output)
+        )
+        _ = (
+            stage.docs
+            | beam.combiners.Count.Globally()
+            | beam.Map(
+                lambda n, expected: (
+                    None if n == expected else sys.exit(f"scored {n} of {expected}")
+                ),
+                len(records),
+            )
+        )
     return time.perf_counter() - start
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="ViT-B-32", help="open_clip architecture (random weights)")
+    parser.add_argument(
+        "--model", default="ViT-B-32", help="open_clip architecture (random weights)"
+    )
     parser.add_argument("--images", type=int, default=96)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--image-size", type=int, default=256, help="side of the fetched JPEGs")
@@ -133,25 +170,45 @@ def main() -> None:
         sys.exit("--device cuda: torch sees no CUDA GPU")
     records = make_records(args.images, args.image_size)
     # warm both sides alike: imports (open_clip; Beam's runner and RunInference) and caches
-    baseline(records[:args.batch_size], args.model, args.batch_size, args.device)
-    ours(records[:args.batch_size], args.model, args.batch_size, args.device)
+    baseline(records[: args.batch_size], args.model, args.batch_size, args.device)
+    ours(records[: args.batch_size], args.model, args.batch_size, args.device)
     times: dict[str, list[float]] = {"baseline": [], "ours": []}
     for _ in range(args.repeats):
         times["baseline"].append(baseline(records, args.model, args.batch_size, args.device))
         times["ours"].append(ours(records, args.model, args.batch_size, args.device))
     rates = {side: args.images / statistics.median(seconds) for side, seconds in times.items()}
     ratio = rates["ours"] / rates["baseline"]
-    device = torch.cuda.get_device_name() if args.device == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
+    device = (
+        torch.cuda.get_device_name()
+        if args.device == "cuda"
+        else f"cpu ({torch.get_num_threads()} threads)"
+    )
     print(f"CLIP {args.model}, {args.images} image-text pairs, batch {args.batch_size}, {device}")
     for side in ("baseline", "ours"):
-        print(f"  {side:<8} {rates[side]:8.2f} images/s  (runs: {', '.join(f'{t:.1f}s' for t in times[side])})")
+        print(
+            f"  {side:<8} {rates[side]:8.2f} images/s  (runs: {', '.join(f'{t:.1f}s' for t in times[side])})"
+        )
     best = {side: args.images / min(seconds) for side, seconds in times.items()}
-    print(f"  ratio ours/baseline: {ratio:.3f} (medians); {best['ours'] / best['baseline']:.3f} (best runs)")
-    print(f"  ours: {1e6 / rates['ours'] / 3600:.1f} hours per million images (image + text) on this machine")
+    print(
+        f"  ratio ours/baseline: {ratio:.3f} (medians); {best['ours'] / best['baseline']:.3f} (best runs)"
+    )
+    print(
+        f"  ours: {1e6 / rates['ours'] / 3600:.1f} hours per million images (image + text) on this machine"
+    )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"args": vars(args), "device": device, "seconds": times, "images_per_s": rates,
-                       "ratio": ratio, "ratio_best": best["ours"] / best["baseline"]}, handle, indent=2)
+            json.dump(
+                {
+                    "args": vars(args),
+                    "device": device,
+                    "seconds": times,
+                    "images_per_s": rates,
+                    "ratio": ratio,
+                    "ratio_best": best["ours"] / best["baseline"],
+                },
+                handle,
+                indent=2,
+            )
 
 
 if __name__ == "__main__":

@@ -46,7 +46,9 @@ def _photos() -> list[bytes]:
     from PIL import Image
 
     photos = []
-    for path in sorted(glob.glob(os.path.join(REPO, "corpora", "data", "sample", "images", "*.jpg"))):
+    for path in sorted(
+        glob.glob(os.path.join(REPO, "corpora", "data", "sample", "images", "*.jpg"))
+    ):
         image = Image.open(path).convert("RGB")
         image = image.resize((640, round(image.height * 640 / image.width)), Image.LANCZOS)
         buffer = io.BytesIO()
@@ -96,13 +98,27 @@ def run_ours(url_file: str, out: str, threads: int) -> dict:
     sys.path.insert(0, REPO)
     from corpora.fetch import Fetcher, FetchSettings, _resizer
 
-    settings = FetchSettings(image_size=IMAGE_SIZE, resize_mode=RESIZE_MODE, jpeg_quality=QUALITY,
-                             concurrency=threads, per_host_concurrency=threads, per_host_rate=0,
-                             allow_private_urls=True, progress_interval=0, max_attempts=1)
-    _resizer(settings)  # import OpenCV/albumentations before the clock starts, as img2dataset's side does
+    settings = FetchSettings(
+        image_size=IMAGE_SIZE,
+        resize_mode=RESIZE_MODE,
+        jpeg_quality=QUALITY,
+        concurrency=threads,
+        per_host_concurrency=threads,
+        per_host_rate=0,
+        allow_private_urls=True,
+        progress_interval=0,
+        max_attempts=1,
+    )
+    _resizer(
+        settings
+    )  # import OpenCV/albumentations before the clock starts, as img2dataset's side does
     ok = failed = 0
     started = time.perf_counter()
-    with open(url_file) as urls, Fetcher(settings) as fetcher, tarfile.open(os.path.join(out, "ours.tar"), "w") as tar:
+    with (
+        open(url_file) as urls,
+        Fetcher(settings) as fetcher,
+        tarfile.open(os.path.join(out, "ours.tar"), "w") as tar,
+    ):
         for index, (url, outcome) in enumerate(fetcher.fetch(line.strip() for line in urls)):
             if not outcome.ok:
                 failed += 1
@@ -122,9 +138,20 @@ def run_img2dataset(url_file: str, out: str, threads: int) -> dict:
 
     started = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        download(url_list=url_file, input_format="txt", output_folder=os.path.join(out, "i2d"),
-                 output_format="webdataset", processes_count=1, thread_count=threads, image_size=IMAGE_SIZE,
-                 resize_mode=RESIZE_MODE, encode_quality=QUALITY, extract_exif=False, timeout=10, retries=0)
+        download(
+            url_list=url_file,
+            input_format="txt",
+            output_folder=os.path.join(out, "i2d"),
+            output_format="webdataset",
+            processes_count=1,
+            thread_count=threads,
+            image_size=IMAGE_SIZE,
+            resize_mode=RESIZE_MODE,
+            encode_quality=QUALITY,
+            extract_exif=False,
+            timeout=10,
+            retries=0,
+        )
     seconds = time.perf_counter() - started
     ok = failed = 0
     for path in glob.glob(os.path.join(out, "i2d", "*_stats.json")):
@@ -144,21 +171,33 @@ def child(side: str, url_file: str, threads: int) -> None:
 
 def measure(side: str, url_file: str, threads: int) -> dict:
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", side, url_file, str(threads)],
-                          capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--child", side, url_file, str(threads)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines or not lines[-1].startswith("{"):
-        raise SystemExit(f"{side} failed (exit {done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+        raise SystemExit(
+            f"{side} failed (exit {done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+        )
     return json.loads(lines[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--urls", type=int, default=2000, help="N: URLs in the first run")
-    parser.add_argument("--scale", type=int, default=10, help="the second run has N x scale URLs (0: skip)")
+    parser.add_argument(
+        "--scale", type=int, default=10, help="the second run has N x scale URLs (0: skip)"
+    )
     parser.add_argument("--threads", type=int, default=64)
-    parser.add_argument("--latency", type=float, default=0.05, help="seconds the server waits per request")
-    parser.add_argument("--child", nargs=3, metavar=("SIDE", "URL_FILE", "THREADS"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--latency", type=float, default=0.05, help="seconds the server waits per request"
+    )
+    parser.add_argument(
+        "--child", nargs=3, metavar=("SIDE", "URL_FILE", "THREADS"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.child:
         child(args.child[0], args.child[1], int(args.child[2]))
@@ -169,9 +208,11 @@ def main() -> None:
     server.start()
     port = ports.get(timeout=60)
     load = os.getloadavg()
-    print(f"fetch benchmark: {args.threads} threads each, server latency {args.latency * 1000:.0f} ms, "
-          f"{IMAGE_SIZE} px {RESIZE_MODE}, JPEG q{QUALITY}; {os.cpu_count()} cores, "
-          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(
+        f"fetch benchmark: {args.threads} threads each, server latency {args.latency * 1000:.0f} ms, "
+        f"{IMAGE_SIZE} px {RESIZE_MODE}, JPEG q{QUALITY}; {os.cpu_count()} cores, "
+        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
     rows = []
     try:
         with tempfile.TemporaryDirectory(prefix="bench-fetch-") as work:
@@ -180,29 +221,41 @@ def main() -> None:
                 url_file = os.path.join(work, f"urls-{n}.txt")
                 with open(url_file, "w") as handle:
                     handle.writelines(f"http://127.0.0.1:{port}/img/{i}.jpg\n" for i in range(n))
-                results = {side: measure(side, url_file, args.threads) for side in ("img2dataset", "ours")}
+                results = {
+                    side: measure(side, url_file, args.threads) for side in ("img2dataset", "ours")
+                }
                 rows.append((n, results))
                 print_table(rows[-1:], header=len(rows) == 1)
     finally:
         server.terminate()
     if len(rows) == 2:
-        growth = {side: rows[1][1][side]["peak_rss_mib"] / rows[0][1][side]["peak_rss_mib"] for side in ("ours", "img2dataset")}
-        print(f"peak memory at {rows[1][0]:,} vs {rows[0][0]:,} URLs: ours x{growth['ours']:.2f}, "
-              f"img2dataset x{growth['img2dataset']:.2f}")
+        growth = {
+            side: rows[1][1][side]["peak_rss_mib"] / rows[0][1][side]["peak_rss_mib"]
+            for side in ("ours", "img2dataset")
+        }
+        print(
+            f"peak memory at {rows[1][0]:,} vs {rows[0][0]:,} URLs: ours x{growth['ours']:.2f}, "
+            f"img2dataset x{growth['img2dataset']:.2f}"
+        )
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
 
 def print_table(rows, header: bool) -> None:
     if header:
-        print(f"{'URLs':>8} | {'img2dataset img/s':>17} | {'ours img/s':>10} | {'ratio':>5} | "
-              f"{'i2d peak MiB':>12} | {'ours peak MiB':>13} | ok (i2d/ours)")
+        print(
+            f"{'URLs':>8} | {'img2dataset img/s':>17} | {'ours img/s':>10} | {'ratio':>5} | "
+            f"{'i2d peak MiB':>12} | {'ours peak MiB':>13} | ok (i2d/ours)"
+        )
     for n, results in rows:
         i2d, ours = results["img2dataset"], results["ours"]
         rate_i2d = i2d["ok"] / i2d["seconds"]
         rate_ours = ours["ok"] / ours["seconds"]
-        print(f"{n:>8,} | {rate_i2d:>17.1f} | {rate_ours:>10.1f} | {rate_ours / rate_i2d:>5.2f} | "
-              f"{i2d['peak_rss_mib']:>12.0f} | {ours['peak_rss_mib']:>13.0f} | {i2d['ok']}/{ours['ok']}", flush=True)
+        print(
+            f"{n:>8,} | {rate_i2d:>17.1f} | {rate_ours:>10.1f} | {rate_ours / rate_i2d:>5.2f} | "
+            f"{i2d['peak_rss_mib']:>12.0f} | {ours['peak_rss_mib']:>13.0f} | {i2d['ok']}/{ours['ok']}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -54,7 +54,9 @@ def synthetic_docs(count: int, seed: int = SEED):
         ids = np.full(length, 7, np.int32)
         ids[0], ids[-1] = 1, 2
         spans = (Span("bos", 0, 1), Span("text", 1, length - 1), Span("eos", length - 1, length))
-        yield TokenizedDocument(f"doc{i:08d}", "c4", ids, spans, (), {"id": f"doc{i:08d}", "corpus": "c4"})
+        yield TokenizedDocument(
+            f"doc{i:08d}", "c4", ids, spans, (), {"id": f"doc{i:08d}", "corpus": "c4"}
+        )
 
 
 def efficiency(sequences) -> tuple[float, int]:
@@ -67,8 +69,10 @@ def efficiency(sequences) -> tuple[float, int]:
 
 
 def bench_efficiency(count: int) -> None:
-    print(f"## Packing efficiency: {count} C4-like documents "
-          f"(mean {np.mean(list(c4_lengths(count))):.0f} tokens, seed {SEED})")
+    print(
+        f"## Packing efficiency: {count} C4-like documents "
+        f"(mean {np.mean(list(c4_lengths(count))):.0f} tokens, seed {SEED})"
+    )
     print("| seq_len | greedy (seqio-style) | best-fit (ours) | sequences greedy / ours |")
     print("|---|---|---|---|")
     for seq_len in (512, 2048):
@@ -90,8 +94,13 @@ def c4_like_texts(count: int, seed: int = SEED) -> list[str]:
     for length in c4_lengths(count, seed):
         start = int(rng.integers(0, len(words)))
         n = max(1, int(length * 0.75))  # about 4 tokens per 3 words
-        texts.append(" ".join((words[start:] + words)[: n] if n <= len(words) else
-                              (words * (n // len(words) + 1))[:n]))
+        texts.append(
+            " ".join(
+                (words[start:] + words)[:n]
+                if n <= len(words)
+                else (words * (n // len(words) + 1))[:n]
+            )
+        )
     return texts
 
 
@@ -104,7 +113,9 @@ def larger_tokenizer(directory: str) -> tuple[str, str] | None:
         import timm
     except ImportError:
         return None
-    glosses = os.path.join(os.path.dirname(timm.__file__), "data", "_info", "imagenet_synset_to_definition.txt")
+    glosses = os.path.join(
+        os.path.dirname(timm.__file__), "data", "_info", "imagenet_synset_to_definition.txt"
+    )
     if not os.path.exists(glosses):
         return None
     from corpora.tokenizer_train import train_sentencepiece
@@ -120,10 +131,16 @@ def bench_throughput(count: int, seq_len: int = 2048, repeats: int = 3) -> None:
     import tempfile
 
     texts = c4_like_texts(count)
-    docs = [Document(f"doc{i:08d}", "c4", (TextChunk(t),), source_url=f"https://example.com/{i}")
-            for i, t in enumerate(texts)]
-    print(f"\n## Tokenize + pack throughput: {count} C4-like texts, seq_len {seq_len}, best of {repeats}")
-    print("| tokenizer | bare SentencePiece encode (tokens/s) | tokenize + pack, ours (tokens/s) | ratio |")
+    docs = [
+        Document(f"doc{i:08d}", "c4", (TextChunk(t),), source_url=f"https://example.com/{i}")
+        for i, t in enumerate(texts)
+    ]
+    print(
+        f"\n## Tokenize + pack throughput: {count} C4-like texts, seq_len {seq_len}, best of {repeats}"
+    )
+    print(
+        "| tokenizer | bare SentencePiece encode (tokens/s) | tokenize + pack, ours (tokens/s) | ratio |"
+    )
     print("|---|---|---|---|")
     with tempfile.TemporaryDirectory() as directory:
         models = [(SAMPLE_TOKENIZER, "bundled sample model (1000 pieces)")]
@@ -138,8 +155,10 @@ def bench_throughput(count: int, seq_len: int = 2048, repeats: int = 3) -> None:
                 return sum(len(encode(t, out_type=int)) for t in texts)
 
             def ours() -> int:
-                return sum(int((s.segment_ids > 0).sum())
-                           for s in pack.pack((tokenize_document(d, tokenizer) for d in docs), seq_len, 0))
+                return sum(
+                    int((s.segment_ids > 0).sum())
+                    for s in pack.pack((tokenize_document(d, tokenizer) for d in docs), seq_len, 0)
+                )
 
             rates = {}
             for name, run in (("bare", bare), ("ours", ours)):
@@ -177,13 +196,17 @@ def memory_child(count: int) -> None:
 
 
 def bench_memory(count: int) -> None:
-    print(f"\n## Peak memory: pack + write a shard, documents streamed, seq_len 2048")
+    print("\n## Peak memory: pack + write a shard, documents streamed, seq_len 2048")
     print("| input | documents | sequences | peak RSS (MiB) |")
     print("|---|---|---|---|")
     rows = []
     for factor in (1, 10):
-        out = subprocess.run([sys.executable, __file__, "--memory-child", str(count * factor)],
-                             capture_output=True, text=True, check=True).stdout.split()
+        out = subprocess.run(
+            [sys.executable, __file__, "--memory-child", str(count * factor)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         rows.append(float(out[1]))
         print(f"| {factor}x | {count * factor} | {out[0]} | {float(out[1]):.1f} |")
     print(f"| ratio 10x / 1x | | | {rows[1] / rows[0]:.2f} |")

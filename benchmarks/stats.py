@@ -40,17 +40,31 @@ def documents(count: int, seed: int = 0):
         for k in range(rng.randint(1, 4)):
             spans.append(Span("image", len(ids), len(ids) + TOKENS_PER_IMAGE, k))
             ids += [IMAGE_TOKEN] * TOKENS_PER_IMAGE
-            images.append(ImageChunk(url=f"http://i/{index}/{k}", data=payload,
-                                     scores={"matched_sim": rng.uniform(0.2, 0.4)}))
+            images.append(
+                ImageChunk(
+                    url=f"http://i/{index}/{k}",
+                    data=payload,
+                    scores={"matched_sim": rng.uniform(0.2, 0.4)},
+                )
+            )
             text = rng.randint(20, 300)
             spans.append(Span("text", len(ids), len(ids) + text))
             ids += [rng.randint(3, 31999) for _ in range(text)]
         spans.append(Span("eos", len(ids), len(ids) + 1))
         ids.append(2)
-        provenance = {"id": f"d{index:07d}", "corpus": "mmc4",
-                      "images": [{"url": i.url, "scores": dict(i.scores)} for i in images]}
-        yield TokenizedDocument(f"d{index:07d}", "mmc4", np.array(ids, dtype=np.int32), tuple(spans),
-                                tuple(images), provenance)
+        provenance = {
+            "id": f"d{index:07d}",
+            "corpus": "mmc4",
+            "images": [{"url": i.url, "scores": dict(i.scores)} for i in images],
+        }
+        yield TokenizedDocument(
+            f"d{index:07d}",
+            "mmc4",
+            np.array(ids, dtype=np.int32),
+            tuple(spans),
+            tuple(images),
+            provenance,
+        )
 
 
 def main() -> None:
@@ -92,9 +106,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         with open(os.path.join(directory, "mmc4-000000.tar"), "wb") as handle:
             handle.write(data)
-        manifest = {"corpus": "mmc4", "seq_len": args.seq_len, "tokens_per_image": TOKENS_PER_IMAGE,
-                    "image_token_id": IMAGE_TOKEN, "bos_id": 1, "eos_id": 2, "pad_id": 0,
-                    "shards": [{"path": "mmc4-000000.tar"}]}
+        manifest = {
+            "corpus": "mmc4",
+            "seq_len": args.seq_len,
+            "tokens_per_image": TOKENS_PER_IMAGE,
+            "image_token_id": IMAGE_TOKEN,
+            "bos_id": 1,
+            "eos_id": 2,
+            "pad_id": 0,
+            "shards": [{"path": "mmc4-000000.tar"}],
+        }
         with open(os.path.join(directory, "manifest.json"), "w") as handle:
             json.dump(manifest, handle)
 
@@ -106,11 +127,17 @@ def main() -> None:
         t_read, t_stats = best(read_only), best(lambda: stats.stats_from_shards(directory))
 
     n = len(sequences)
-    print(f"{n} sequences of {args.seq_len} tokens, shard {len(data) / 1e6:.1f} MB, best of {args.repeat}")
-    print(f"during the build: write_shard {t_write:.3f} s | statistics {t_combine:.3f} s | "
-          f"statistics / write = {t_combine / t_write:.2f}")
-    print(f"corpora stats:    read shards {t_read:.3f} s | read + statistics {t_stats:.3f} s | "
-          f"ratio = {t_stats / t_read:.2f}")
+    print(
+        f"{n} sequences of {args.seq_len} tokens, shard {len(data) / 1e6:.1f} MB, best of {args.repeat}"
+    )
+    print(
+        f"during the build: write_shard {t_write:.3f} s | statistics {t_combine:.3f} s | "
+        f"statistics / write = {t_combine / t_write:.2f}"
+    )
+    print(
+        f"corpora stats:    read shards {t_read:.3f} s | read + statistics {t_stats:.3f} s | "
+        f"ratio = {t_stats / t_read:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -18,8 +18,14 @@ FAILURE_COLUMNS = ("url", "reason", "status", "attempts")
 def failure_schema():
     import pyarrow as pa
 
-    return pa.schema([("url", pa.string()), ("reason", pa.string()),
-                      ("status", pa.int32()), ("attempts", pa.int32())])
+    return pa.schema(
+        [
+            ("url", pa.string()),
+            ("reason", pa.string()),
+            ("status", pa.int32()),
+            ("attempts", pa.int32()),
+        ]
+    )
 
 
 def image_summary(counts: Mapping[str, int]) -> dict:
@@ -30,7 +36,12 @@ def image_summary(counts: Mapping[str, int]) -> dict:
     """
     ok = int(counts.get("ok", 0))
     failed = {reason: int(n) for reason, n in sorted(counts.items()) if reason != "ok" and n}
-    return {"input": ok + sum(failed.values()), "ok": ok, "failed": failed, "failures_file": FAILURES}
+    return {
+        "input": ok + sum(failed.values()),
+        "ok": ok,
+        "failed": failed,
+        "failures_file": FAILURES,
+    }
 
 
 def first_failure(rows: Iterable[dict]) -> dict:

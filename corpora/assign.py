@@ -19,7 +19,9 @@ from typing import Sequence
 import numpy as np
 
 
-def assign_images(similarity_matrix: Sequence[Sequence[float]] | np.ndarray) -> tuple[list[int], list[float]]:
+def assign_images(
+    similarity_matrix: Sequence[Sequence[float]] | np.ndarray,
+) -> tuple[list[int], list[float]]:
     """``(matched_text_index, matched_sim)`` for every image (row).
 
     Rows are images, columns sentences. The images the matching can place
@@ -44,7 +46,9 @@ def assign_images(similarity_matrix: Sequence[Sequence[float]] | np.ndarray) -> 
     if matrix.size == 0 and (matrix.ndim == 1 or matrix.shape[0] == 0):
         return [], []
     if matrix.ndim != 2:
-        raise ValueError(f"similarity_matrix must be 2-D (images x sentences), got shape {matrix.shape}")
+        raise ValueError(
+            f"similarity_matrix must be 2-D (images x sentences), got shape {matrix.shape}"
+        )
     images, sentences = matrix.shape
     if sentences == 0:
         raise ValueError(f"{images} image(s) but no sentences to assign them to")

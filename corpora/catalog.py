@@ -41,7 +41,9 @@ class CorpusSpec:
     check_input: Callable[[BinaryIO, str, BuildSettings], None] | None = None
 
 
-def read_mmc4_pairs(stream: BinaryIO, path: str, settings: BuildSettings) -> Iterator[Document | Drop]:
+def read_mmc4_pairs(
+    stream: BinaryIO, path: str, settings: BuildSettings
+) -> Iterator[Document | Drop]:
     for line_number, raw in iter_lines(stream, path):
         parsed = mmc4.parse_line(raw, path, line_number)
         if not isinstance(parsed, Drop) and settings.corpus_options.get("reassign"):
@@ -52,12 +54,18 @@ def read_mmc4_pairs(stream: BinaryIO, path: str, settings: BuildSettings) -> Ite
             yield from layouts.mmc4_pairs(parsed, settings.corpus)
 
 
-def read_mmc4_documents(stream: BinaryIO, path: str, settings: BuildSettings) -> Iterator[Document | Drop]:
+def read_mmc4_documents(
+    stream: BinaryIO, path: str, settings: BuildSettings
+) -> Iterator[Document | Drop]:
     """One record per MMC4 document (``mmc4``, ``mmc4-reordered``)."""
     reassign = bool(settings.corpus_options.get("reassign"))
     for line_number, raw in iter_lines(stream, path):
         parsed = mmc4.parse_line(raw, path, line_number)
-        yield parsed if isinstance(parsed, Drop) else layouts.mmc4_document(parsed, settings.corpus, reassign)
+        yield (
+            parsed
+            if isinstance(parsed, Drop)
+            else layouts.mmc4_document(parsed, settings.corpus, reassign)
+        )
 
 
 def read_coyo(stream: BinaryIO, path: str, settings: BuildSettings) -> Iterator[Document | Drop]:
@@ -87,8 +95,13 @@ def read_c4(stream: BinaryIO, path: str, settings: BuildSettings) -> Iterator[Do
 
 def read_wit(stream: BinaryIO, path: str, settings: BuildSettings) -> Iterator[Document | Drop]:
     options = settings.corpus_options
-    return wit.read(stream, path, options.get("caption", "reference"), bool(options.get("with_context")),
-                    settings.corpus)
+    return wit.read(
+        stream,
+        path,
+        options.get("caption", "reference"),
+        bool(options.get("with_context")),
+        settings.corpus,
+    )
 
 
 @dataclasses.dataclass(frozen=True)

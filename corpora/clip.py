@@ -78,11 +78,15 @@ class ClipSettings:
         if self.batch_size < 1:
             raise ValueError(f"CLIP batch size must be at least 1, got {self.batch_size}")
         if self.device not in DEVICES:
-            raise ValueError(f"CLIP device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+            raise ValueError(
+                f"CLIP device must be one of {', '.join(DEVICES)}, got {self.device!r}"
+            )
         if self.top_fraction is not None and not 0.0 < self.top_fraction <= 1.0:
             raise ValueError(f"--clip-top-fraction must be in (0, 1], got {self.top_fraction}")
         if self.min_sim is not None and not -1.0 <= self.min_sim <= 1.0:
-            raise ValueError(f"--min-clip-sim is a cosine similarity in [-1, 1], got {self.min_sim}")
+            raise ValueError(
+                f"--min-clip-sim is a cosine similarity in [-1, 1], got {self.min_sim}"
+            )
 
     @property
     def model_id(self) -> str:
@@ -96,8 +100,12 @@ class ClipSettings:
 
 def is_checkpoint_path(pretrained: str) -> bool:
     """A local file rather than an open_clip tag (tags hold no path separator)."""
-    return (os.sep in pretrained or "/" in pretrained or os.path.isfile(pretrained)
-            or pretrained.endswith(CHECKPOINT_SUFFIXES))
+    return (
+        os.sep in pretrained
+        or "/" in pretrained
+        or os.path.isfile(pretrained)
+        or pretrained.endswith(CHECKPOINT_SUFFIXES)
+    )
 
 
 def clip_settings(model: str, pretrained: str | None, **options: Any) -> ClipSettings:
@@ -113,10 +121,15 @@ def clip_settings(model: str, pretrained: str | None, **options: Any) -> ClipSet
                 text = handle.read()
             config = json.loads(text)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ClipModelError(f"cannot read CLIP model config {model}: {_one_line(exc)}") from None
-        if not isinstance(config, dict) or not {"embed_dim", "vision_cfg", "text_cfg"} <= set(config):
             raise ClipModelError(
-                f"CLIP model config {model} is not an open_clip config (needs embed_dim, vision_cfg, text_cfg)")
+                f"cannot read CLIP model config {model}: {_one_line(exc)}"
+            ) from None
+        if not isinstance(config, dict) or not {"embed_dim", "vision_cfg", "text_cfg"} <= set(
+            config
+        ):
+            raise ClipModelError(
+                f"CLIP model config {model} is not an open_clip config (needs embed_dim, vision_cfg, text_cfg)"
+            )
         model_config = json.dumps(config, sort_keys=True)
         model = os.path.splitext(os.path.basename(model))[0]
     checkpoint_sha256 = None
@@ -124,8 +137,13 @@ def clip_settings(model: str, pretrained: str | None, **options: Any) -> ClipSet
         pretrained = os.path.abspath(pretrained)
         checkpoint_sha256 = _checkpoint_sha256(pretrained)
     try:
-        return ClipSettings(model=model, pretrained=pretrained, model_config=model_config,
-                            checkpoint_sha256=checkpoint_sha256, **options)
+        return ClipSettings(
+            model=model,
+            pretrained=pretrained,
+            model_config=model_config,
+            checkpoint_sha256=checkpoint_sha256,
+            **options,
+        )
     except ValueError as exc:
         raise ClipModelError(str(exc)) from None
 
@@ -140,7 +158,9 @@ def _checkpoint_sha256(path: str) -> str:
                 digest.update(block)
         return digest.hexdigest()
     except OSError as exc:
-        raise ClipModelError(f"CLIP checkpoint is not readable: {path} ({_one_line(exc)})") from None
+        raise ClipModelError(
+            f"CLIP checkpoint is not readable: {path} ({_one_line(exc)})"
+        ) from None
 
 
 def _one_line(exc: BaseException) -> str:
@@ -155,7 +175,8 @@ def require_clip() -> None:
         import torch  # noqa: F401
     except ImportError as exc:
         raise ClipModelError(
-            f"CLIP scoring needs torch and open_clip ({exc.name} is missing): pip install 'corpora[clip]'") from None
+            f"CLIP scoring needs torch and open_clip ({exc.name} is missing): pip install 'corpora[clip]'"
+        ) from None
 
 
 def resolve_device(requested: str) -> str:
@@ -197,8 +218,14 @@ def _check_architecture(name: str) -> None:
     known = open_clip.list_models()
     if name not in known:
         close = difflib.get_close_matches(name, known, n=3)
-        hint = f"did you mean {', '.join(close)}?" if close else f"{len(known)} known, e.g. ViT-B-32, ViT-L-14"
-        raise ClipModelError(f"unknown CLIP architecture {name!r} ({hint}; or pass an open_clip config .json)")
+        hint = (
+            f"did you mean {', '.join(close)}?"
+            if close
+            else f"{len(known)} known, e.g. ViT-B-32, ViT-L-14"
+        )
+        raise ClipModelError(
+            f"unknown CLIP architecture {name!r} ({hint}; or pass an open_clip config .json)"
+        )
 
 
 def _load_checkpoint(model, name: str, path: str) -> None:
@@ -211,15 +238,21 @@ def _load_checkpoint(model, name: str, path: str) -> None:
     try:
         state = open_clip.factory.load_state_dict(path)
     except Exception as exc:  # torch.load raises many types for a file that is not a checkpoint
-        raise ClipModelError(f"CLIP checkpoint is not readable: {path} (not a PyTorch or safetensors "
-                             f"state dict: {_load_reason(exc)})") from None
+        raise ClipModelError(
+            f"CLIP checkpoint is not readable: {path} (not a PyTorch or safetensors "
+            f"state dict: {_load_reason(exc)})"
+        ) from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ClipModelError(f"CLIP checkpoint is not readable: {path} (not a state dict of tensors)")
+        raise ClipModelError(
+            f"CLIP checkpoint is not readable: {path} (not a state dict of tensors)"
+        )
     try:
         open_clip.load_checkpoint(model, path, strict=True)
     except Exception:
-        raise ClipModelError(f"CLIP checkpoint {path} does not fit architecture {name}: "
-                             f"{_mismatch(model.state_dict(), state)}") from None
+        raise ClipModelError(
+            f"CLIP checkpoint {path} does not fit architecture {name}: "
+            f"{_mismatch(model.state_dict(), state)}"
+        ) from None
 
 
 def _load_reason(exc: BaseException) -> str:
@@ -236,12 +269,16 @@ def _load_reason(exc: BaseException) -> str:
 def _mismatch(expected: dict, found: dict) -> str:
     missing = sorted(set(expected) - set(found))
     unexpected = sorted(set(found) - set(expected))
-    wrong = sorted(k for k in set(expected) & set(found) if tuple(expected[k].shape) != tuple(found[k].shape))
+    wrong = sorted(
+        k for k in set(expected) & set(found) if tuple(expected[k].shape) != tuple(found[k].shape)
+    )
     parts = []
     if wrong:
         k = wrong[0]
-        parts.append(f"{len(wrong)} tensor(s) with another shape (first {k}: "
-                     f"checkpoint {list(found[k].shape)}, architecture {list(expected[k].shape)})")
+        parts.append(
+            f"{len(wrong)} tensor(s) with another shape (first {k}: "
+            f"checkpoint {list(found[k].shape)}, architecture {list(expected[k].shape)})"
+        )
     if missing:
         parts.append(f"{len(missing)} missing (first {missing[0]})")
     if unexpected:
@@ -265,7 +302,9 @@ class ClipModel:
         self.batch_size = settings.batch_size
         import open_clip
 
-        self.embed_dim = int((open_clip.get_model_config(settings.model) or {}).get("embed_dim", 0)) or None
+        self.embed_dim = (
+            int((open_clip.get_model_config(settings.model) or {}).get("embed_dim", 0)) or None
+        )
         self.precision = "fp16-autocast" if device == "cuda" else "fp32"
 
     def _run(self, encode, batch):
@@ -298,11 +337,11 @@ class ClipModel:
     def _batched(self, items: list, collate, encode) -> np.ndarray:
         outputs = []
         for start in range(0, len(items), self.batch_size):
-            chunk = items[start:start + self.batch_size]
+            chunk = items[start : start + self.batch_size]
             padding = self.batch_size - len(chunk)
             # A fixed batch shape keeps each row's numerics independent of its neighbours.
             batch = collate(chunk + [chunk[-1]] * padding)
-            outputs.append(self._run(encode, batch)[:len(chunk)])
+            outputs.append(self._run(encode, batch)[: len(chunk)])
         if not outputs:
             return np.zeros((0, self.embed_dim or 0), dtype=np.float32)
         return np.concatenate(outputs).astype(np.float32, copy=False)
@@ -339,19 +378,26 @@ def load_clip(settings: ClipSettings, device: str | None = None) -> ClipModel:
         tags = open_clip.list_pretrained_tags_by_model(settings.model)
         if pretrained not in tags:
             known = ", ".join(tags) if tags else "none; pass a local checkpoint file"
-            raise ClipModelError(f"unknown pretrained tag {pretrained!r} for CLIP architecture "
-                                 f"{settings.model} (known tags: {known})")
+            raise ClipModelError(
+                f"unknown pretrained tag {pretrained!r} for CLIP architecture "
+                f"{settings.model} (known tags: {known})"
+            )
         tag = pretrained
     try:
         model, _, preprocess = open_clip.create_model_and_transforms(
-            settings.model, pretrained=tag, force_quick_gelu=needs_quick_gelu(settings.model, tag))
+            settings.model, pretrained=tag, force_quick_gelu=needs_quick_gelu(settings.model, tag)
+        )
     except ClipModelError:
         raise
     except Exception as exc:
         if tag is not None:
-            raise ClipModelError(f"cannot get CLIP weights {settings.model}/{tag}: {_one_line(exc)} "
-                                 "(downloading needs network; or pass a local checkpoint file)") from None
-        raise ClipModelError(f"cannot build CLIP architecture {settings.model}: {_one_line(exc)}") from None
+            raise ClipModelError(
+                f"cannot get CLIP weights {settings.model}/{tag}: {_one_line(exc)} "
+                "(downloading needs network; or pass a local checkpoint file)"
+            ) from None
+        raise ClipModelError(
+            f"cannot build CLIP architecture {settings.model}: {_one_line(exc)}"
+        ) from None
     if pretrained is not None and tag is None:
         _load_checkpoint(model, settings.model, pretrained)
     model = model.to(device).eval()
@@ -412,7 +458,9 @@ def pair_parts(doc: Document) -> tuple[ImageChunk, str] | Drop:
         return Drop("clip_not_a_pair", doc.id, detail=f"{len(images)} images", url=doc.source_url)
     if not images[0].fetched:
         return Drop("clip_no_image_data", doc.id, url=images[0].url)
-    text = " ".join(c.text.strip() for c in doc.chunks if isinstance(c, TextChunk) and c.text.strip())
+    text = " ".join(
+        c.text.strip() for c in doc.chunks if isinstance(c, TextChunk) and c.text.strip()
+    )
     if not text:
         return Drop("clip_no_text", doc.id, url=images[0].url)
     return images[0], text
@@ -421,7 +469,9 @@ def pair_parts(doc: Document) -> tuple[ImageChunk, str] | Drop:
 def with_score(doc: Document, score: float, model_id: str) -> Document:
     """``doc`` with ``score`` on its image and the model's name in its meta."""
     chunks = tuple(
-        dataclasses.replace(c, scores={**c.scores, SCORE: score}) if isinstance(c, ImageChunk) else c
+        dataclasses.replace(c, scores={**c.scores, SCORE: score})
+        if isinstance(c, ImageChunk)
+        else c
         for c in doc.chunks
     )
     return doc.replace(chunks=chunks).with_meta(clip_model=model_id)
@@ -455,8 +505,12 @@ def score_pairs(docs: Sequence[Document], model: ClipModel) -> list[ScoredPair |
         model_id = model.settings.model_id
         for row, position in enumerate(positions):
             score = round_score(scores[row])
-            results[position] = ScoredPair(with_score(docs[position], score, model_id), score,
-                                           image_embeddings[row], text_embeddings[row])
+            results[position] = ScoredPair(
+                with_score(docs[position], score, model_id),
+                score,
+                image_embeddings[row],
+                text_embeddings[row],
+            )
     return results  # type: ignore[return-value]
 
 
@@ -505,10 +559,13 @@ def document_similarities(docs: Sequence[Document], model: ClipModel) -> list[Do
     for n_images, rows, undecodable, first_text, n_texts in layout:
         matrix = np.full((n_images, n_texts), np.nan, dtype=np.float32)
         if rows and n_texts:
-            sentences = text_embeddings[first_text:first_text + n_texts]
-            matrix[[r for r, _ in rows]] = similarity_matrix(image_embeddings[[e for _, e in rows]], sentences)
+            sentences = text_embeddings[first_text : first_text + n_texts]
+            matrix[[r for r, _ in rows]] = similarity_matrix(
+                image_embeddings[[e for _, e in rows]], sentences
+            )
         results.append(DocumentSimilarity(matrix, undecodable))
     return results
+
 
 def assign_by_clip(doc: Document, similarity: DocumentSimilarity, model_id: str) -> Document | Drop:
     """Re-place ``doc``'s images by its computed similarity matrix.
@@ -536,10 +593,15 @@ def assign_by_clip(doc: Document, similarity: DocumentSimilarity, model_id: str)
     scored = list(images)
     for row, sentence, sim in zip(rows, assigned, sims):
         matched[row] = sentence
-        scored[row] = dataclasses.replace(images[row], scores={**images[row].scores, SCORE: round_score(sim)},
-                                          meta={**images[row].meta, "clip_text_index": sentence})
+        scored[row] = dataclasses.replace(
+            images[row],
+            scores={**images[row].scores, SCORE: round_score(sim)},
+            meta={**images[row].meta, "clip_text_index": sentence},
+        )
     iterator = iter(scored)
-    doc = doc.replace(chunks=tuple(next(iterator) if isinstance(c, ImageChunk) else c for c in doc.chunks))
+    doc = doc.replace(
+        chunks=tuple(next(iterator) if isinstance(c, ImageChunk) else c for c in doc.chunks)
+    )
     doc = place_images(doc, matched).with_meta(clip_model=model_id)
     return _count_removed(doc, "clip_image_undecodable", len(similarity.undecodable))
 
@@ -548,7 +610,10 @@ def score_documents(docs: Sequence[Document], model: ClipModel) -> list[Document
     """Score and re-place the images of interleaved documents (``mmc4``), in
     the order given: :func:`document_similarities`, then :func:`assign_by_clip`."""
     similarities = document_similarities(docs, model)
-    return [assign_by_clip(doc, similarity, model.settings.model_id) for doc, similarity in zip(docs, similarities)]
+    return [
+        assign_by_clip(doc, similarity, model.settings.model_id)
+        for doc, similarity in zip(docs, similarities)
+    ]
 
 
 def remove_images_below(doc: Document, min_sim: float) -> Document:
@@ -562,9 +627,14 @@ def remove_images_below(doc: Document, min_sim: float) -> Document:
     >>> [c.text if c.kind == "text" else c.url for c in kept.chunks], kept.meta["images_removed"]
     (['u0', 'a.', 'b.'], {'clip_sim_below_min': 1})
     """
-    chunks = tuple(c for c in doc.chunks
-                   if not isinstance(c, ImageChunk) or c.scores.get(SCORE, float("-inf")) >= min_sim)
-    return _count_removed(doc.replace(chunks=chunks), "clip_sim_below_min", len(doc.chunks) - len(chunks))
+    chunks = tuple(
+        c
+        for c in doc.chunks
+        if not isinstance(c, ImageChunk) or c.scores.get(SCORE, float("-inf")) >= min_sim
+    )
+    return _count_removed(
+        doc.replace(chunks=chunks), "clip_sim_below_min", len(doc.chunks) - len(chunks)
+    )
 
 
 def _count_removed(doc: Document, reason: str, count: int) -> Document:
@@ -635,8 +705,13 @@ def write_embeddings(stream, rows: Sequence[dict[str, Any]], model_id: str) -> d
     return {"rows": len(ordered), "embedding_dim": dim}
 
 
-def clip_summary(settings: ClipSettings, counts: dict[int, int], selection: dict | None,
-                 embedding_files: Sequence[dict], resolution: float) -> dict[str, Any]:
+def clip_summary(
+    settings: ClipSettings,
+    counts: dict[int, int],
+    selection: dict | None,
+    embedding_files: Sequence[dict],
+    resolution: float,
+) -> dict[str, Any]:
     """The manifest's ``clip`` entry: which model scored the build, and how scores fell."""
     from corpora import select
 
@@ -649,7 +724,9 @@ def clip_summary(settings: ClipSettings, counts: dict[int, int], selection: dict
         "batch_size": settings.batch_size,
         "device": settings.device,
         "scored": sum(counts.values()),
-        "score_quantiles": select.quantiles(counts, (0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99), resolution),
+        "score_quantiles": select.quantiles(
+            counts, (0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99), resolution
+        ),
         "quantile_error": resolution,
         "min_sim": settings.min_sim,
         "top_fraction": selection,

@@ -58,9 +58,27 @@ TRANSIENT = frozenset({"connection_error", "http_5xx", "http_429"})
 # Every reason an image can fail with (the manifest's ``images.failed`` keys),
 # besides ``http_<status>`` for any other non-2xx status (``http_404`` …).
 REASONS = (
-    "bad_scheme", "bad_url", "bad_redirect", "blocked_address", "dns_error", "connection_error", "tls_error",
-    "timeout", "too_many_redirects", "http_5xx", "http_429", "opted_out", "too_large", "empty_body",
-    "not_image", "decode_error", "too_many_pixels", "too_small", "bad_aspect", "file_not_found", "file_error",
+    "bad_scheme",
+    "bad_url",
+    "bad_redirect",
+    "blocked_address",
+    "dns_error",
+    "connection_error",
+    "tls_error",
+    "timeout",
+    "too_many_redirects",
+    "http_5xx",
+    "http_429",
+    "opted_out",
+    "too_large",
+    "empty_body",
+    "not_image",
+    "decode_error",
+    "too_many_pixels",
+    "too_small",
+    "bad_aspect",
+    "file_not_found",
+    "file_error",
 )
 
 
@@ -79,7 +97,9 @@ class FetchSettings:
     max_aspect_ratio: float = float("inf")
     max_pixels: int = 89_478_485  # Pillow's decompression-bomb threshold
     allow_private_urls: bool = False
-    allow_networks: tuple[str, ...] = ()  # CIDRs let through the address guard, e.g. an internal mirror
+    allow_networks: tuple[
+        str, ...
+    ] = ()  # CIDRs let through the address guard, e.g. an internal mirror
     user_agent: str = USER_AGENT
     concurrency: int = 64
     max_attempts: int = 3
@@ -90,21 +110,29 @@ class FetchSettings:
     per_host_rate: float = 10.0  # request starts per second per host; 0: unlimited
     respect_opt_out: bool = True
     decode_threads: int = 0  # 0: one per core
-    retry_failures: str | None = None  # a failures.parquet: fetch only the records holding these URLs
+    retry_failures: str | None = (
+        None  # a failures.parquet: fetch only the records holding these URLs
+    )
     retry_reasons: tuple[str, ...] = ()  # …only the URLs that failed for these reasons (empty: all)
     progress_interval: float = 10.0  # seconds between progress lines on stderr; 0: none
 
     def __post_init__(self) -> None:
         if self.resize_mode not in RESIZE_MODES:
-            raise ValueError(f"unknown resize mode {self.resize_mode!r}; one of {', '.join(RESIZE_MODES)}")
+            raise ValueError(
+                f"unknown resize mode {self.resize_mode!r}; one of {', '.join(RESIZE_MODES)}"
+            )
         if not 1 <= self.jpeg_quality <= 100:
             raise ValueError(f"jpeg quality must be in 1..100, got {self.jpeg_quality}")
         for name in ("concurrency", "max_attempts", "per_host_concurrency"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name.replace('_', ' ')} must be at least 1, got {getattr(self, name)}")
+                raise ValueError(
+                    f"{name.replace('_', ' ')} must be at least 1, got {getattr(self, name)}"
+                )
         for name in ("connect_timeout", "read_timeout", "total_timeout"):
             if not getattr(self, name) > 0:
-                raise ValueError(f"{name.replace('_', ' ')} must be positive, got {getattr(self, name)}")
+                raise ValueError(
+                    f"{name.replace('_', ' ')} must be positive, got {getattr(self, name)}"
+                )
         if self.max_aspect_ratio < 1:
             raise ValueError(f"max aspect ratio must be at least 1, got {self.max_aspect_ratio}")
         for network in self.allow_networks:
@@ -165,10 +193,25 @@ class ImageOutcome:
     @classmethod
     def combine(cls, fetched: FetchResult, image: ImageResult | None) -> "ImageOutcome":
         if not fetched.ok or image is None:
-            return cls(fetched.url, reason=fetched.reason or "decode_error", status=fetched.status,
-                       attempts=fetched.attempts, detail=fetched.detail)
-        return cls(fetched.url, image.data, image.width, image.height, image.original_width,
-                   image.original_height, image.reason, fetched.status, fetched.attempts, image.detail)
+            return cls(
+                fetched.url,
+                reason=fetched.reason or "decode_error",
+                status=fetched.status,
+                attempts=fetched.attempts,
+                detail=fetched.detail,
+            )
+        return cls(
+            fetched.url,
+            image.data,
+            image.width,
+            image.height,
+            image.original_width,
+            image.original_height,
+            image.reason,
+            fetched.status,
+            fetched.attempts,
+            image.detail,
+        )
 
 
 # ---------------------------------------------------------------- addresses
@@ -325,7 +368,9 @@ def opted_out(robots_tags: Iterable[str], agent_token: str = "corpora") -> bool:
     return False
 
 
-_DIRECTIVES_WITH_VALUE = frozenset({"max-image-preview", "max-snippet", "max-video-preview", "unavailable_after"})
+_DIRECTIVES_WITH_VALUE = frozenset(
+    {"max-image-preview", "max-snippet", "max-video-preview", "unavailable_after"}
+)
 
 
 def _agent_token(user_agent: str) -> str:
@@ -346,7 +391,11 @@ def _retry_after(value: str | None) -> float | None:
 
 
 def _read_file_url(url: str, settings: FetchSettings) -> _Attempt:
-    path = urllib.request.url2pathname(urllib.parse.urlsplit(url).path) if url.startswith("file:") else url
+    path = (
+        urllib.request.url2pathname(urllib.parse.urlsplit(url).path)
+        if url.startswith("file:")
+        else url
+    )
     try:
         size = os.path.getsize(path)
         if size > settings.max_bytes:
@@ -364,7 +413,9 @@ def _read_file_url(url: str, settings: FetchSettings) -> _Attempt:
 _URL_SAFE = "/?#[]@!$&'()*+,;=:%~-._"
 
 
-def _http_attempt(url: str, settings: FetchSettings, pool: ConnectionPool, dns: _DnsCache) -> _Attempt:
+def _http_attempt(
+    url: str, settings: FetchSettings, pool: ConnectionPool, dns: _DnsCache
+) -> _Attempt:
     parts = urllib.parse.urlsplit(url)
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -379,8 +430,14 @@ def _http_attempt(url: str, settings: FetchSettings, pool: ConnectionPool, dns: 
     if blocked:
         return _Attempt(reason="blocked_address", detail=blocked[0])
     key = (parts.scheme, host, port, addresses[0])
-    target = urllib.parse.quote((parts.path or "/") + (f"?{parts.query}" if parts.query else ""), safe=_URL_SAFE)
-    headers = {"User-Agent": settings.user_agent, "Accept": "image/*,*/*;q=0.8", "Accept-Encoding": "identity"}
+    target = urllib.parse.quote(
+        (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), safe=_URL_SAFE
+    )
+    headers = {
+        "User-Agent": settings.user_agent,
+        "Accept": "image/*,*/*;q=0.8",
+        "Accept-Encoding": "identity",
+    }
     started = time.monotonic()
     deadline = started + settings.total_timeout
     conn = pool.get(key)
@@ -412,14 +469,20 @@ def _http_attempt(url: str, settings: FetchSettings, pool: ConnectionPool, dns: 
         status = response.status
         if status in (301, 302, 303, 307, 308):
             location = response.getheader("Location")
-            return _Attempt(reason=None if location else "bad_redirect", status=status, location=location)
+            return _Attempt(
+                reason=None if location else "bad_redirect", status=status, location=location
+            )
         if status == 429 or status >= 500:
-            return _Attempt(reason="http_429" if status == 429 else "http_5xx", status=status,
-                            retry_after=_retry_after(response.getheader("Retry-After")))
+            return _Attempt(
+                reason="http_429" if status == 429 else "http_5xx",
+                status=status,
+                retry_after=_retry_after(response.getheader("Retry-After")),
+            )
         if not 200 <= status < 300:
             return _Attempt(reason=f"http_{status}", status=status)
-        if settings.respect_opt_out and opted_out(response.headers.get_all("X-Robots-Tag") or (),
-                                                  _agent_token(settings.user_agent)):
+        if settings.respect_opt_out and opted_out(
+            response.headers.get_all("X-Robots-Tag") or (), _agent_token(settings.user_agent)
+        ):
             return _Attempt(reason="opted_out", status=status)  # the body is never read
         length = response.getheader("Content-Length")
         if length and length.strip().isdigit() and int(length) > settings.max_bytes:
@@ -428,14 +491,20 @@ def _http_attempt(url: str, settings: FetchSettings, pool: ConnectionPool, dns: 
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return _Attempt(reason="timeout", status=status, detail=f"over {settings.total_timeout}s in total")
+                return _Attempt(
+                    reason="timeout",
+                    status=status,
+                    detail=f"over {settings.total_timeout}s in total",
+                )
             sock.settimeout(min(settings.read_timeout, remaining))
             chunk = response.read1(65536)
             if not chunk:
                 break
             body += chunk
             if len(body) > settings.max_bytes:
-                return _Attempt(reason="too_large", status=status, detail=f"over {settings.max_bytes} bytes")
+                return _Attempt(
+                    reason="too_large", status=status, detail=f"over {settings.max_bytes} bytes"
+                )
         keep = not response.will_close
         response.close()  # marks the exchange done, so the connection can carry the next request
         return _Attempt(data=bytes(body), status=status)
@@ -501,13 +570,16 @@ def _resizer(settings: FetchSettings):
         img2dataset.resizer.SuppressStdoutStderr = _NoSuppress
 
         with _RESIZER_LOCK:
-            resizer = _RESIZERS.setdefault(settings, Resizer(
-                image_size=settings.image_size,
-                resize_mode=ResizeMode[settings.resize_mode],
-                resize_only_if_bigger=settings.resize_only_if_bigger,
-                encode_quality=settings.jpeg_quality,
-                encode_format="jpg",
-            ))
+            resizer = _RESIZERS.setdefault(
+                settings,
+                Resizer(
+                    image_size=settings.image_size,
+                    resize_mode=ResizeMode[settings.resize_mode],
+                    resize_only_if_bigger=settings.resize_only_if_bigger,
+                    encode_quality=settings.jpeg_quality,
+                    encode_format="jpg",
+                ),
+            )
     return resizer
 
 
@@ -571,15 +643,29 @@ def _process_image(data: bytes, settings: FetchSettings) -> ImageResult:
         if width < 1 or height < 1:
             return ImageResult(reason="decode_error", detail=f"size {width}x{height}")
         if width * height > settings.max_pixels:
-            return ImageResult(reason="too_many_pixels", detail=f"{width}x{height}",
-                               original_width=width, original_height=height)
+            return ImageResult(
+                reason="too_many_pixels",
+                detail=f"{width}x{height}",
+                original_width=width,
+                original_height=height,
+            )
         if min(width, height) < settings.min_image_size:
-            return ImageResult(reason="too_small", detail=f"{width}x{height}",
-                               original_width=width, original_height=height)
+            return ImageResult(
+                reason="too_small",
+                detail=f"{width}x{height}",
+                original_width=width,
+                original_height=height,
+            )
         if max(width, height) / min(width, height) > settings.max_aspect_ratio:
-            return ImageResult(reason="bad_aspect", detail=f"{width}x{height}",
-                               original_width=width, original_height=height)
-        orientation = image.getexif().get(0x0112, 1) if image.format in ("JPEG", "TIFF", "WEBP", "PNG") else 1
+            return ImageResult(
+                reason="bad_aspect",
+                detail=f"{width}x{height}",
+                original_width=width,
+                original_height=height,
+            )
+        orientation = (
+            image.getexif().get(0x0112, 1) if image.format in ("JPEG", "TIFF", "WEBP", "PNG") else 1
+        )
         if image.format == "JPEG" and image.mode in ("RGB", "L") and orientation == 1:
             if not _jpeg_complete(data):
                 return ImageResult(reason="decode_error", detail="truncated JPEG")
@@ -630,9 +716,12 @@ class Fetcher:
         self._pool = ConnectionPool(settings.per_host_concurrency)
         self._dns = _DnsCache()
         self._hosts = HostPolicy(settings.per_host_concurrency, settings.per_host_rate)
-        self._io = concurrent.futures.ThreadPoolExecutor(settings.concurrency, thread_name_prefix="fetch-io")
+        self._io = concurrent.futures.ThreadPoolExecutor(
+            settings.concurrency, thread_name_prefix="fetch-io"
+        )
         self._decode = concurrent.futures.ThreadPoolExecutor(
-            settings.decode_threads or os.cpu_count() or 1, thread_name_prefix="fetch-decode")
+            settings.decode_threads or os.cpu_count() or 1, thread_name_prefix="fetch-decode"
+        )
         self._sleep_cap = sleep_cap
         self._random = random.Random(0)
 
@@ -667,13 +756,20 @@ class Fetcher:
         completed: queue.SimpleQueue[concurrent.futures.Future] = queue.SimpleQueue()
 
         def finish(task: _Task, result: _Attempt) -> tuple[str, ImageOutcome]:
-            return task.url, ImageOutcome(task.url, reason=result.reason, status=result.status,
-                                          attempts=task.attempts, detail=result.detail)
+            return task.url, ImageOutcome(
+                task.url,
+                reason=result.reason,
+                status=result.status,
+                attempts=task.attempts,
+                detail=result.detail,
+            )
 
         forgotten_at = time.monotonic()
         while True:
             now = time.monotonic()
-            if now - forgotten_at > 30:  # per-host state of idle hosts: memory flat over millions of hosts
+            if (
+                now - forgotten_at > 30
+            ):  # per-host state of idle hosts: memory flat over millions of hosts
                 self._hosts.forget_idle(now)
                 forgotten_at = now
             while waiting and waiting[0][0] <= now:
@@ -702,7 +798,9 @@ class Fetcher:
                     task = tasks.popleft()
                     n_queued -= 1
                     task.attempts = task.attempts or 1
-                    future = self._io.submit(_attempt, task.current, settings, self._pool, self._dns)
+                    future = self._io.submit(
+                        _attempt, task.current, settings, self._pool, self._dns
+                    )
                     io_futures[future] = (task, host)
                     future.add_done_callback(completed.put)
                 if not tasks:
@@ -726,20 +824,32 @@ class Fetcher:
                 if future in decode_futures:
                     task, result = decode_futures.pop(future)
                     image = future.result()
-                    yield task.url, ImageOutcome.combine(
-                        FetchResult(task.url, status=result.status, attempts=task.attempts), image)
+                    yield (
+                        task.url,
+                        ImageOutcome.combine(
+                            FetchResult(task.url, status=result.status, attempts=task.attempts),
+                            image,
+                        ),
+                    )
                     continue
                 task, host = io_futures.pop(future)
                 if host:
                     self._hosts.release(host)
                 result = future.result()
-                if result.location is not None:  # a redirect: the next hop is a new, checked request
+                if (
+                    result.location is not None
+                ):  # a redirect: the next hop is a new, checked request
                     task.hops += 1
                     target = urllib.parse.urljoin(task.current, result.location)
                     if task.hops > settings.max_redirects:
-                        yield finish(task, _Attempt(reason="too_many_redirects", status=result.status))
+                        yield finish(
+                            task, _Attempt(reason="too_many_redirects", status=result.status)
+                        )
                     elif urllib.parse.urlsplit(target).scheme.lower() not in ("http", "https"):
-                        yield finish(task, _Attempt(reason="bad_redirect", status=result.status, detail=target))
+                        yield finish(
+                            task,
+                            _Attempt(reason="bad_redirect", status=result.status, detail=target),
+                        )
                     else:
                         task.current = target
                         queued.setdefault(_host_of(target), collections.deque()).append(task)
@@ -751,11 +861,20 @@ class Fetcher:
                     future.add_done_callback(completed.put)
                     continue
                 if result.reason in ("http_429",) or result.status == 503:
-                    pause = result.retry_after if result.retry_after is not None else self._backoff(task.attempts, None)
+                    pause = (
+                        result.retry_after
+                        if result.retry_after is not None
+                        else self._backoff(task.attempts, None)
+                    )
                     if host:
-                        self._hosts.pause(host, time.monotonic() + min(pause, settings.max_retry_after))
-                retry = (result.reason in TRANSIENT and task.attempts < settings.max_attempts
-                         and (result.retry_after or 0) <= settings.max_retry_after)
+                        self._hosts.pause(
+                            host, time.monotonic() + min(pause, settings.max_retry_after)
+                        )
+                retry = (
+                    result.reason in TRANSIENT
+                    and task.attempts < settings.max_attempts
+                    and (result.retry_after or 0) <= settings.max_retry_after
+                )
                 if retry:
                     delay = self._backoff(task.attempts, result.retry_after)
                     task.attempts += 1
@@ -841,8 +960,11 @@ def attach_images(
                 width=outcome.width,
                 height=outcome.height,
                 sha256=hashlib.sha256(outcome.data).hexdigest(),
-                meta={**chunk.meta, "original_width": outcome.original_width,
-                      "original_height": outcome.original_height},
+                meta={
+                    **chunk.meta,
+                    "original_width": outcome.original_width,
+                    "original_height": outcome.original_height,
+                },
             )
         )
     document = doc.replace(chunks=tuple(chunks))

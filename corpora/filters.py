@@ -15,8 +15,14 @@ from corpora.record import Document, Drop, ImageChunk
 
 # mmc4-core (Zhu et al. 2023, "Multimodal C4"): 4-40 sentences, 2-15 images,
 # and at least 75% of the image-sentence assignments above 0.25 similarity.
-MMC4_CORE = {"min_sentences": 4, "max_sentences": 40, "min_images": 2, "max_images": 15,
-             "similarity": 0.25, "min_fraction_similar": 0.75}
+MMC4_CORE = {
+    "min_sentences": 4,
+    "max_sentences": 40,
+    "min_images": 2,
+    "max_images": 15,
+    "similarity": 0.25,
+    "min_fraction_similar": 0.75,
+}
 
 
 def coyo_filter(doc: Document, options: Mapping[str, Any]) -> Document | Drop:
@@ -43,8 +49,12 @@ def coyo_filter(doc: Document, options: Mapping[str, Any]) -> Document | Drop:
             return Drop("missing_clip_similarity", doc.id, url=doc.source_url)
         total = float(b32) + float(l14)
         if total < minimum:
-            return Drop("clip_similarity_below_min", doc.id, url=doc.source_url,
-                        detail=f"vitb32 + vitl14 = {total:.4f} < {minimum}")
+            return Drop(
+                "clip_similarity_below_min",
+                doc.id,
+                url=doc.source_url,
+                detail=f"vitb32 + vitl14 = {total:.4f} < {minimum}",
+            )
     maximum = options.get("max_nsfw")
     if maximum is not None:
         scores = [meta.get("nsfw_score_opennsfw2"), meta.get("nsfw_score_gantman")]
@@ -52,18 +62,28 @@ def coyo_filter(doc: Document, options: Mapping[str, Any]) -> Document | Drop:
             return Drop("missing_nsfw_score", doc.id, url=doc.source_url)
         worst = max(float(s) for s in scores if s is not None)
         if worst > maximum:
-            return Drop("nsfw_above_max", doc.id, url=doc.source_url, detail=f"{worst:.4f} > {maximum}")
+            return Drop(
+                "nsfw_above_max", doc.id, url=doc.source_url, detail=f"{worst:.4f} > {maximum}"
+            )
     min_size, max_ratio = options.get("min_size"), options.get("max_aspect_ratio")
     if min_size or max_ratio is not None:
         width, height = meta.get("width"), meta.get("height")
         if not width or not height or width < 0 or height < 0:
             return Drop("missing_size", doc.id, url=doc.source_url)
         if min_size and min(width, height) < min_size:
-            return Drop("image_too_small", doc.id, url=doc.source_url,
-                        detail=f"{width}x{height}, min_size {min_size}")
+            return Drop(
+                "image_too_small",
+                doc.id,
+                url=doc.source_url,
+                detail=f"{width}x{height}, min_size {min_size}",
+            )
         if max_ratio is not None and max(width, height) / min(width, height) > max_ratio:
-            return Drop("aspect_ratio_above_max", doc.id, url=doc.source_url,
-                        detail=f"{width}x{height}, max_aspect_ratio {max_ratio}")
+            return Drop(
+                "aspect_ratio_above_max",
+                doc.id,
+                url=doc.source_url,
+                detail=f"{width}x{height}, max_aspect_ratio {max_ratio}",
+            )
     return doc
 
 
@@ -91,14 +111,20 @@ def mmc4_filter(doc: Document, options: Mapping[str, Any]) -> Document | Drop:
         core = MMC4_CORE
         sentences, images = doc.meta.get("sentences", 0), doc.meta.get("images", 0)
         if not core["min_sentences"] <= sentences <= core["max_sentences"]:
-            return Drop("core_sentence_count", doc.id, url=doc.source_url, detail=f"{sentences} sentences")
+            return Drop(
+                "core_sentence_count", doc.id, url=doc.source_url, detail=f"{sentences} sentences"
+            )
         if not core["min_images"] <= images <= core["max_images"]:
             return Drop("core_image_count", doc.id, url=doc.source_url, detail=f"{images} images")
         sims = doc.meta.get("matched_sims") or []
         similar = sum(1 for s in sims if s is not None and s > core["similarity"])
         if not sims or similar < core["min_fraction_similar"] * len(sims):
-            return Drop("core_low_similarity", doc.id, url=doc.source_url,
-                        detail=f"{similar} of {len(sims)} assignments above {core['similarity']}")
+            return Drop(
+                "core_low_similarity",
+                doc.id,
+                url=doc.source_url,
+                detail=f"{similar} of {len(sims)} assignments above {core['similarity']}",
+            )
     min_sim = options.get("min_sim")
     max_images = options.get("max_images")
     kept_images = 0
@@ -120,7 +146,8 @@ def mmc4_filter(doc: Document, options: Mapping[str, Any]) -> Document | Drop:
     if len(chunks) == len(doc.chunks):
         return doc
     return doc.replace(chunks=tuple(chunks)).with_meta(
-        images_removed={k: v for k, v in removed.items() if v})
+        images_removed={k: v for k, v in removed.items() if v}
+    )
 
 
 def wit_filter(doc: Document, options: Mapping[str, Any]) -> Document | Drop:
@@ -132,8 +159,12 @@ def wit_filter(doc: Document, options: Mapping[str, Any]) -> Document | Drop:
     """
     languages = options.get("languages")
     if languages and doc.meta.get("language") not in languages:
-        return Drop("language_not_selected", doc.id, url=doc.source_url,
-                    detail=f"language {doc.meta.get('language')!r}")
+        return Drop(
+            "language_not_selected",
+            doc.id,
+            url=doc.source_url,
+            detail=f"language {doc.meta.get('language')!r}",
+        )
     return doc
 
 

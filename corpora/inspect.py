@@ -55,8 +55,9 @@ def _image_size(image: Any) -> str:
     return f"{image.width}x{image.height}" if image is not None else "missing"
 
 
-def segment_parts(run, image_token: int | None, tokens_per_image: int,
-                  bos: int | None, eos: int | None) -> list[tuple]:
+def segment_parts(
+    run, image_token: int | None, tokens_per_image: int, bos: int | None, eos: int | None
+) -> list[tuple]:
     """One segment's ids as a reader sees them, in order: ``("bos",)``,
     ``("image", slots)`` per image (adjacent images have adjacent slot runs,
     each ``tokens_per_image`` long), ``("text", ids)``, ``("eos",)``.
@@ -75,7 +76,11 @@ def segment_parts(run, image_token: int | None, tokens_per_image: int,
                 text = []
         if token == image_token:
             end = position
-            while end < len(run) and int(run[end]) == image_token and end - position < tokens_per_image:
+            while (
+                end < len(run)
+                and int(run[end]) == image_token
+                and end - position < tokens_per_image
+            ):
                 end += 1
             parts.append(("image", end - position))
             position = end
@@ -103,12 +108,14 @@ def describe_sample(sample: reader.Sample, manifest: dict[str, Any] | None) -> s
     per_image = manifest["tokens_per_image"] if manifest else len(ids)
     decode = _decoder(manifest) or (lambda run: " ".join(str(int(i)) for i in run))
     documents = {d["segment"]: d for d in sample.documents}
-    lines = [f"sample {sample.key} in {os.path.basename(sample.url)}: "
-             f"{len(ids)} tokens, {sample.tokens} used, {len(sample.images)} images"]
+    lines = [
+        f"sample {sample.key} in {os.path.basename(sample.url)}: "
+        f"{len(ids)} tokens, {sample.tokens} used, {len(sample.images)} images"
+    ]
     image_index = 0
     for segment in [int(s) for s in np.unique(segments) if s > 0]:
         where = np.nonzero(segments == segment)[0]
-        run = ids[where[0]: where[-1] + 1]
+        run = ids[where[0] : where[-1] + 1]
         doc = documents.get(segment, {})
         split = f", piece {doc['piece'] + 1} of {doc['pieces']}" if doc.get("split") else ""
         lines.append(f"── segment {segment}: {doc.get('id', '?')} ({len(run)} tokens{split})")

@@ -39,7 +39,9 @@ def mmc4_pairs(doc: Mmc4Document, corpus: str = "mmc4-pairs") -> Iterator[Docume
         position = image.matched_text_index
         if position is None or not 0 <= position < len(doc.text_list):
             yield Drop(
-                "matched_text_index_out_of_range", rid, url=image.raw_url,
+                "matched_text_index_out_of_range",
+                rid,
+                url=image.raw_url,
                 detail=f"matched_text_index={position}, {len(doc.text_list)} sentences",
             )
             continue
@@ -52,8 +54,7 @@ def mmc4_pairs(doc: Mmc4Document, corpus: str = "mmc4-pairs") -> Iterator[Docume
             id=rid,
             corpus=corpus,
             chunks=(
-                ImageChunk(url=image.raw_url, scores=scores,
-                           meta={"image_name": image.image_name}),
+                ImageChunk(url=image.raw_url, scores=scores, meta={"image_name": image.image_name}),
                 TextChunk(sentence),
             ),
             source_url=doc.url,
@@ -78,7 +79,9 @@ def mmc4_pairs(doc: Mmc4Document, corpus: str = "mmc4-pairs") -> Iterator[Docume
 # that are left. The funnel unit is the document.
 
 
-def mmc4_document(doc: Mmc4Document, corpus: str = "mmc4", reassign: bool = False) -> Document | Drop:
+def mmc4_document(
+    doc: Mmc4Document, corpus: str = "mmc4", reassign: bool = False
+) -> Document | Drop:
     """An MMC4 document as one record, images before their matched sentences.
 
     With ``reassign`` the assignment is recomputed from ``similarity_matrix``
@@ -108,27 +111,47 @@ def mmc4_document(doc: Mmc4Document, corpus: str = "mmc4", reassign: bool = Fals
     if not reassign:
         # upstream's assignment must be one-to-one; --reassign repairs one that is not
         if len(doc.images) > sentences:
-            return Drop("more_images_than_sentences", doc.id, url=doc.url,
-                        detail=f"{len(doc.images)} images, {sentences} sentences")
+            return Drop(
+                "more_images_than_sentences",
+                doc.id,
+                url=doc.url,
+                detail=f"{len(doc.images)} images, {sentences} sentences",
+            )
         bad = [i for i in indices if i is None or not 0 <= i < sentences]
         if bad:
-            return Drop("matched_text_index_out_of_range", doc.id, url=doc.url,
-                        detail=f"matched_text_index={bad[0]}, {sentences} sentences")
+            return Drop(
+                "matched_text_index_out_of_range",
+                doc.id,
+                url=doc.url,
+                detail=f"matched_text_index={bad[0]}, {sentences} sentences",
+            )
         if len(set(indices)) != len(indices):
-            return Drop("duplicate_matched_text_index", doc.id, url=doc.url,
-                        detail=f"matched_text_index={indices}")
+            return Drop(
+                "duplicate_matched_text_index",
+                doc.id,
+                url=doc.url,
+                detail=f"matched_text_index={indices}",
+            )
     before: dict[int, list[ImageChunk]] = {}
     missing_urls = 0
     for index, (image, position, sim) in enumerate(zip(doc.images, indices, sims)):
         assert position is not None
         if not image.raw_url:
-            missing_urls += 1  # an image without a URL cannot be placed; the rest of the document can
+            missing_urls += (
+                1  # an image without a URL cannot be placed; the rest of the document can
+            )
             continue
-        before.setdefault(position, []).append(ImageChunk(
-            url=image.raw_url,
-            scores={} if sim is None else {"matched_sim": sim},
-            meta={"image_index": index, "matched_text_index": position, "image_name": image.image_name},
-        ))
+        before.setdefault(position, []).append(
+            ImageChunk(
+                url=image.raw_url,
+                scores={} if sim is None else {"matched_sim": sim},
+                meta={
+                    "image_index": index,
+                    "matched_text_index": position,
+                    "image_name": image.image_name,
+                },
+            )
+        )
     chunks: list[ImageChunk | TextChunk] = []
     for position, text in enumerate(doc.text_list):
         chunks.extend(before.get(position, ()))
@@ -173,11 +196,15 @@ def place_images(doc: Document, matched: Sequence[int | None]) -> Document:
         if sentence is None:
             continue
         if not 0 <= sentence < len(texts):
-            raise ValueError(f"image {position} matched to sentence {sentence}, {len(texts)} sentences")
+            raise ValueError(
+                f"image {position} matched to sentence {sentence}, {len(texts)} sentences"
+            )
         before.setdefault(sentence, []).append((image.meta.get("image_index", position), image))
     chunks: list[ImageChunk | TextChunk] = []
     for sentence, text in enumerate(texts):
-        chunks.extend(image for _, image in sorted(before.get(sentence, ()), key=lambda entry: entry[0]))
+        chunks.extend(
+            image for _, image in sorted(before.get(sentence, ()), key=lambda entry: entry[0])
+        )
         chunks.append(text)
     return doc.replace(chunks=tuple(chunks))
 
@@ -212,4 +239,3 @@ def mmc4_reordered(doc: Document, keep_imageless: bool = False) -> Document | Dr
         return checked
     images = sorted(doc.images, key=lambda image: image.meta.get("image_index", 0))
     return doc.replace(chunks=(*images, *doc.texts))
-

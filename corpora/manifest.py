@@ -29,7 +29,9 @@ def build_manifest(
     """The manifest of a finished build; raises if the funnel does not balance."""
     shard_list = sorted(shard_infos, key=lambda s: s["index"])
     if [s["index"] for s in shard_list] != list(range(len(shard_list))):
-        raise RuntimeError(f"shards are not numbered 0..{len(shard_list) - 1}: {[s['index'] for s in shard_list]}")
+        raise RuntimeError(
+            f"shards are not numbered 0..{len(shard_list) - 1}: {[s['index'] for s in shard_list]}"
+        )
     documents = sum(s["documents"] for s in shard_list)
     totals = {
         "shards": len(shard_list),
@@ -67,4 +69,3 @@ def build_manifest(
     if clip is not None:
         manifest["clip"] = clip  # the CLIP model that scored the build, score quantiles, selection
     return manifest
-

@@ -108,7 +108,9 @@ def _cut_points(spans: Sequence[Span], seq_len: int) -> list[int]:
             continue
         if span.kind == "image":
             if span.end - span.start > seq_len:
-                raise PackingError(f"an image takes {span.end - span.start} tokens, more than seq_len={seq_len}")
+                raise PackingError(
+                    f"an image takes {span.end - span.start} tokens, more than seq_len={seq_len}"
+                )
             start = span.start
             cuts.append(start)
             continue
@@ -137,14 +139,22 @@ def plan_document(key: str, length: int, spans: Sequence[Span], seq_len: int) ->
         return [PieceRef(key, 0, 1, 0, length)]
     cuts = _cut_points(spans, seq_len) + [length]
     count = len(cuts) - 1
-    return [PieceRef(key, i, count, start, end) for i, (start, end) in enumerate(zip(cuts, cuts[1:]))]
+    return [
+        PieceRef(key, i, count, start, end) for i, (start, end) in enumerate(zip(cuts, cuts[1:]))
+    ]
 
 
 def cut_piece(doc: TokenizedDocument, ref: PieceRef) -> Piece:
     """Materialise ``ref`` from ``doc``: its ids, its images and its ``json`` entry."""
     if ref.count == 1:  # the whole document: no slicing, no filtering
-        entry = {**doc.provenance, "tokens": ref.length, "image_tokens": doc.image_tokens, "split": False,
-                 "piece": 0, "pieces": 1}
+        entry = {
+            **doc.provenance,
+            "tokens": ref.length,
+            "image_tokens": doc.image_tokens,
+            "split": False,
+            "piece": 0,
+            "pieces": 1,
+        }
         return Piece(doc.input_ids, doc.images, entry)
     in_piece = [s for s in doc.spans if s.kind == "image" and ref.start <= s.start < ref.end]
     entry = dict(doc.provenance)
@@ -157,7 +167,11 @@ def cut_piece(doc: TokenizedDocument, ref: PieceRef) -> Piece:
         piece=ref.index,
         pieces=ref.count,
     )
-    return Piece(doc.input_ids[ref.start:ref.end], tuple(doc.images[s.image_index] for s in in_piece), entry)
+    return Piece(
+        doc.input_ids[ref.start : ref.end],
+        tuple(doc.images[s.image_index] for s in in_piece),
+        entry,
+    )
 
 
 def split_document(doc: TokenizedDocument, seq_len: int) -> list[Piece]:
@@ -194,7 +208,9 @@ class BestFitPacker:
     order of the pieces added.
     """
 
-    def __init__(self, seq_len: int, buffer_size: int = DEFAULT_BUFFER_SIZE, max_open: int = DEFAULT_MAX_OPEN):
+    def __init__(
+        self, seq_len: int, buffer_size: int = DEFAULT_BUFFER_SIZE, max_open: int = DEFAULT_MAX_OPEN
+    ):
         if buffer_size < 1 or max_open < 0:
             raise ValueError("buffer_size must be at least 1 and max_open at least 0")
         self.seq_len = seq_len
@@ -207,7 +223,9 @@ class BestFitPacker:
 
     def add(self, ref: PieceRef) -> list[list[PieceRef]]:
         if ref.length > self.seq_len:
-            raise PackingError(f"piece of {ref.length} tokens is longer than seq_len={self.seq_len}")
+            raise PackingError(
+                f"piece of {ref.length} tokens is longer than seq_len={self.seq_len}"
+            )
         if ref.length == 0:
             raise PackingError(f"empty piece {ref}")
         self._buffer.append(ref)
@@ -244,9 +262,13 @@ class BestFitPacker:
         return [self._bins.pop(number) for number in sorted(done)]
 
 
-def pack_plan(refs: Iterable[PieceRef], seq_len: int, packed: bool = True,
-              buffer_size: int = DEFAULT_BUFFER_SIZE,
-              max_open: int = DEFAULT_MAX_OPEN) -> Iterator[list[PieceRef]]:
+def pack_plan(
+    refs: Iterable[PieceRef],
+    seq_len: int,
+    packed: bool = True,
+    buffer_size: int = DEFAULT_BUFFER_SIZE,
+    max_open: int = DEFAULT_MAX_OPEN,
+) -> Iterator[list[PieceRef]]:
     """The sequences for ``refs``: best-fit packed, or one piece each when
     ``packed`` is false (the unpacked mode)."""
     if not packed:
@@ -261,8 +283,14 @@ def pack_plan(refs: Iterable[PieceRef], seq_len: int, packed: bool = True,
     yield from packer.flush()
 
 
-def pack(docs: Iterable[TokenizedDocument], seq_len: int, pad_id: int, packed: bool = True,
-         buffer_size: int = DEFAULT_BUFFER_SIZE, max_open: int = DEFAULT_MAX_OPEN) -> Iterator[PackedSequence]:
+def pack(
+    docs: Iterable[TokenizedDocument],
+    seq_len: int,
+    pad_id: int,
+    packed: bool = True,
+    buffer_size: int = DEFAULT_BUFFER_SIZE,
+    max_open: int = DEFAULT_MAX_OPEN,
+) -> Iterator[PackedSequence]:
     """Pack documents into sequences, best-fit decreasing over a bounded buffer.
 
     Example (``seq_len`` 8, ``pad_id`` 0) with documents A = [1, 5, 6, 2],
@@ -329,7 +357,9 @@ def group_offsets(counts: dict[int, int]) -> dict[int, int]:
     return offsets
 
 
-def pack_greedy(docs: Iterable[TokenizedDocument], seq_len: int, pad_id: int) -> Iterator[PackedSequence]:
+def pack_greedy(
+    docs: Iterable[TokenizedDocument], seq_len: int, pad_id: int
+) -> Iterator[PackedSequence]:
     """Pack documents in the order given into one open sequence at a time
     (seqio-style greedy packing; the benchmark's baseline)."""
     current: list[Piece] = []

@@ -60,7 +60,9 @@ class HostPolicy:
         if now < state.paused_until:
             return state.paused_until - now
         if self.rate > 0:
-            state.tokens = min(max(1.0, self.rate), state.tokens + (now - state.refilled_at) * self.rate)
+            state.tokens = min(
+                max(1.0, self.rate), state.tokens + (now - state.refilled_at) * self.rate
+            )
             state.refilled_at = now
             if state.tokens < 1.0:
                 return (1.0 - state.tokens) / self.rate
@@ -89,7 +91,14 @@ class HostPolicy:
 
     def forget_idle(self, now: float) -> None:
         """Drop state of hosts with nothing in flight, a full bucket and no pause."""
-        for host in [h for h, s in self._hosts.items()
-                     if s.in_flight == 0 and s.paused_until <= now
-                     and (self.rate == 0 or s.tokens + (now - s.refilled_at) * self.rate >= max(1.0, self.rate))]:
+        for host in [
+            h
+            for h, s in self._hosts.items()
+            if s.in_flight == 0
+            and s.paused_until <= now
+            and (
+                self.rate == 0
+                or s.tokens + (now - s.refilled_at) * self.rate >= max(1.0, self.rate)
+            )
+        ]:
             del self._hosts[host]

@@ -15,8 +15,13 @@ from typing import Callable, TextIO
 
 
 class Progress:
-    def __init__(self, interval: float, stream: TextIO | None = None,
-                 clock: Callable[[], float] = time.monotonic, label: str | None = None):
+    def __init__(
+        self,
+        interval: float,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        label: str | None = None,
+    ):
         self.interval = interval
         self.stream = stream
         self.clock = clock

@@ -71,7 +71,7 @@ def _join(base: str, name: str) -> str:
 def open_url(url: str) -> BinaryIO:
     """A binary stream for a local path, ``file://`` URL or fsspec URL."""
     if url.startswith("file://"):
-        url = url[len("file://"):]
+        url = url[len("file://") :]
     if "://" not in url:
         return open(url, "rb")
     import fsspec
@@ -106,8 +106,11 @@ def to_sample(raw: dict[str, Any], url: str, decode_images: bool = True) -> Samp
         raise ValueError(f"{url}: sample {raw['__key__']} has no {', '.join(missing)}")
     images = raw["images"]
     return Sample(
-        key=raw["__key__"], url=url,
-        input_ids=raw["input_ids"], segment_ids=raw["segment_ids"], positions=raw["positions"],
+        key=raw["__key__"],
+        url=url,
+        input_ids=raw["input_ids"],
+        segment_ids=raw["segment_ids"],
+        positions=raw["positions"],
         images=[_decode_image(data) for data in images] if decode_images else list(images),
         documents=list(raw.get("json", {}).get("documents", [])),
     )
@@ -180,8 +183,10 @@ def hf_features(manifest: dict[str, Any]):
     import datasets
 
     if not hasattr(datasets, "Json"):
-        raise ImportError("hf_features needs a datasets release with the Json feature; "
-                          f"found {datasets.__version__}")
+        raise ImportError(
+            "hf_features needs a datasets release with the Json feature; "
+            f"found {datasets.__version__}"
+        )
     seq_len = int(manifest["seq_len"])
     array = datasets.List(datasets.Value("int32"), length=seq_len)
     features = {f"{name}.npy": array for name in ARRAYS}

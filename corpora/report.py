@@ -66,30 +66,47 @@ def svg_histogram(dist: Mapping[str, Any] | None, label: str, digits: int = 0) -
     plot_w, plot_h = width - left - 10, height - bottom - top
     peak = max(counts) or 1
     bar_w = plot_w / len(counts)
-    parts = [f'<svg class="chart histogram" role="img" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
-             f"<title>{_esc(label)}</title>"]
+    parts = [
+        f'<svg class="chart histogram" role="img" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
+        f"<title>{_esc(label)}</title>",
+    ]
     for k, count in enumerate(counts):
         h = plot_h * count / peak
         low, high = edges[k], edges[k + 1]
-        span = f"{format_number(low, digits)}" if isinstance(low, int) and high - low == 1 else \
-            f"[{format_number(low, digits)}, {format_number(high, digits)})"
-        parts.append(f'<rect class="bar" x="{left + k * bar_w + 1:.1f}" y="{top + plot_h - h:.1f}" '
-                     f'width="{max(bar_w - 2, 1):.1f}" height="{h:.1f}"><title>{_esc(span)}: {count}</title></rect>')
-    parts.append(f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#889"/>')
+        span = (
+            f"{format_number(low, digits)}"
+            if isinstance(low, int) and high - low == 1
+            else f"[{format_number(low, digits)}, {format_number(high, digits)})"
+        )
+        parts.append(
+            f'<rect class="bar" x="{left + k * bar_w + 1:.1f}" y="{top + plot_h - h:.1f}" '
+            f'width="{max(bar_w - 2, 1):.1f}" height="{h:.1f}"><title>{_esc(span)}: {count}</title></rect>'
+        )
+    parts.append(
+        f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#889"/>'
+    )
     parts.append(f'<text x="{left - 4}" y="{top + 8}" text-anchor="end">{peak}</text>')
     parts.append(f'<text x="{left - 4}" y="{top + plot_h}" text-anchor="end">0</text>')
     unit_bins = isinstance(edges[0], int) and edges[1] - edges[0] == 1
     if unit_bins:  # one bar per value: label the first and last bars' values under them
-        parts.append(f'<text x="{left + bar_w / 2:.1f}" y="{top + plot_h + 14}" text-anchor="middle">'
-                     f'{format_number(edges[0])}</text>')
+        parts.append(
+            f'<text x="{left + bar_w / 2:.1f}" y="{top + plot_h + 14}" text-anchor="middle">'
+            f"{format_number(edges[0])}</text>"
+        )
         if len(counts) > 1:
-            parts.append(f'<text x="{left + plot_w - bar_w / 2:.1f}" y="{top + plot_h + 14}" '
-                         f'text-anchor="middle">{format_number(edges[-1] - 1)}</text>')
+            parts.append(
+                f'<text x="{left + plot_w - bar_w / 2:.1f}" y="{top + plot_h + 14}" '
+                f'text-anchor="middle">{format_number(edges[-1] - 1)}</text>'
+            )
     else:
-        parts.append(f'<text x="{left}" y="{top + plot_h + 14}">{format_number(edges[0], digits)}</text>')
-        parts.append(f'<text x="{left + plot_w}" y="{top + plot_h + 14}" text-anchor="end">'
-                     f'{format_number(edges[-1], digits)}</text>')
+        parts.append(
+            f'<text x="{left}" y="{top + plot_h + 14}">{format_number(edges[0], digits)}</text>'
+        )
+        parts.append(
+            f'<text x="{left + plot_w}" y="{top + plot_h + 14}" text-anchor="end">'
+            f"{format_number(edges[-1], digits)}</text>"
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -100,16 +117,23 @@ def svg_bars(rows: Sequence[tuple[str, int, str]], total: int, title: str) -> st
         return ""
     label_w, bar_w, row_h = 220, 380, 22
     width, height = label_w + bar_w + 110, row_h * len(rows) + 8
-    parts = [f'<svg class="chart bars" role="img" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">', f"<title>{_esc(title)}</title>"]
+    parts = [
+        f'<svg class="chart bars" role="img" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
+        f"<title>{_esc(title)}</title>",
+    ]
     for i, (label, count, css) in enumerate(rows):
         y = 4 + i * row_h
         w = bar_w * count / total if total else 0
         share = format_share(count / total) if total else "–"
         parts.append(f'<text x="{label_w - 8}" y="{y + 15}" text-anchor="end">{_esc(label)}</text>')
-        parts.append(f'<rect class="{css}" x="{label_w}" y="{y + 3}" width="{max(w, 1):.1f}" height="{row_h - 6}">'
-                     f"<title>{_esc(label)}: {count} ({share})</title></rect>")
-        parts.append(f'<text x="{label_w + max(w, 1) + 6:.1f}" y="{y + 15}">{count:,} ({share})</text>')
+        parts.append(
+            f'<rect class="{css}" x="{label_w}" y="{y + 3}" width="{max(w, 1):.1f}" height="{row_h - 6}">'
+            f"<title>{_esc(label)}: {count} ({share})</title></rect>"
+        )
+        parts.append(
+            f'<text x="{label_w + max(w, 1) + 6:.1f}" y="{y + 15}">{count:,} ({share})</text>'
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -151,8 +175,11 @@ def make_decoder(manifest: Mapping[str, Any]) -> Callable[[list[int]], str] | No
     return lambda ids: processor.decode([int(i) for i in ids])
 
 
-def sample_html(sample: Mapping[str, Any], manifest: Mapping[str, Any],
-                decode: Callable[[list[int]], str] | None) -> str:
+def sample_html(
+    sample: Mapping[str, Any],
+    manifest: Mapping[str, Any],
+    decode: Callable[[list[int]], str] | None,
+) -> str:
     """One packed sequence: per segment its text, with each image's thumbnail
     where its slot run sits."""
     ids, segments = np.asarray(sample["input_ids"]), np.asarray(sample["segment_ids"])
@@ -169,22 +196,32 @@ def sample_html(sample: Mapping[str, Any], manifest: Mapping[str, Any],
             meta.append(_esc(doc["url"]))
         if doc.get("split"):
             meta.append(f"piece {doc.get('piece', 0) + 1} of {doc.get('pieces', 1)}")
-        out.append(f'<div class="segment"><div class="meta">{" · ".join(meta)}</div><div class="flow">')
-        run = ids[int(where[0]): int(where[-1]) + 1]
+        out.append(
+            f'<div class="segment"><div class="meta">{" · ".join(meta)}</div><div class="flow">'
+        )
+        run = ids[int(where[0]) : int(where[-1]) + 1]
         for part in segment_parts(run, image_token, manifest["tokens_per_image"], bos, eos):
             if part[0] == "text":
-                out.append(_esc(decode(part[1])) if decode else f'<span class="special">‹{len(part[1])} tokens›</span>')
+                out.append(
+                    _esc(decode(part[1]))
+                    if decode
+                    else f'<span class="special">‹{len(part[1])} tokens›</span>'
+                )
                 out.append(" ")
             elif part[0] == "image":
                 url = thumbnail(images[image_index]) if image_index < len(images) else None
                 if url:
-                    out.append(f'<img class="thumb" alt="image {image_index}" title="image {image_index}" '
-                               f'src="{url}">')
+                    out.append(
+                        f'<img class="thumb" alt="image {image_index}" title="image {image_index}" '
+                        f'src="{url}">'
+                    )
                 else:
                     out.append(f'<span class="special">[image {image_index}: missing]</span>')
                 image_index += 1
             else:
-                out.append(f'<span class="special">{"&lt;s&gt;" if part[0] == "bos" else "&lt;/s&gt;"}</span> ')
+                out.append(
+                    f'<span class="special">{"&lt;s&gt;" if part[0] == "bos" else "&lt;/s&gt;"}</span> '
+                )
         out.append("</div></div>")
     padding = int((segments == 0).sum())
     if padding:
@@ -199,16 +236,26 @@ def sample_html(sample: Mapping[str, Any], manifest: Mapping[str, Any],
 def _dist_cells(dist: Mapping[str, Any] | None, digits: int = 1) -> str:
     if not dist:
         return '<td class="num">–</td>' * 6
-    return "".join(f'<td class="num">{format_number(dist[k], digits)}</td>'
-                   for k in ("count", "mean", "median", "p5", "p95", "max"))
+    return "".join(
+        f'<td class="num">{format_number(dist[k], digits)}</td>'
+        for k in ("count", "mean", "median", "p5", "p95", "max")
+    )
 
 
-def render_report(stats: Mapping[str, Any], manifest: Mapping[str, Any],
-                  samples: Iterable[Mapping[str, Any]] = (),
-                  decode: Callable[[list[int]], str] | None = None) -> str:
+def render_report(
+    stats: Mapping[str, Any],
+    manifest: Mapping[str, Any],
+    samples: Iterable[Mapping[str, Any]] = (),
+    decode: Callable[[list[int]], str] | None = None,
+) -> str:
     """The whole page as a string."""
     totals, packing = stats["totals"], stats["packing"]
-    fetch = stats.get("image_fetch") or {"fetched": 0, "failures": [], "attempted": 0, "success_rate": None}
+    fetch = stats.get("image_fetch") or {
+        "fetched": 0,
+        "failures": [],
+        "attempted": 0,
+        "success_rate": None,
+    }
     reference = (stats.get("reference") or {}).get("values") or {}
     ref_head = '<th class="num ref">VILA Table 2</th>' if reference else ""
 
@@ -226,21 +273,38 @@ def render_report(stats: Mapping[str, Any], manifest: Mapping[str, Any],
         row("image-slot tokens", format_number(totals["image_tokens"])),
         row("BOS/EOS tokens", format_number(totals["special_tokens"])),
         row("padding tokens", format_number(totals["padding_tokens"])),
-        row("text tokens per image", format_number(stats["text_tokens_per_image"]), "text_tokens_per_image"),
-        row("images per document (mean)", format_number(ipd["mean"] if ipd else None), "images_per_document"),
+        row(
+            "text tokens per image",
+            format_number(stats["text_tokens_per_image"]),
+            "text_tokens_per_image",
+        ),
+        row(
+            "images per document (mean)",
+            format_number(ipd["mean"] if ipd else None),
+            "images_per_document",
+        ),
         row("sequences", format_number(packing["sequences"])),
         row("non-padding fraction", format_share(packing["non_padding_fraction"])),
-        row("documents split across sequences",
-            f"{format_number(packing['split_documents'])} ({format_share(packing['split_fraction'])})"),
+        row(
+            "documents split across sequences",
+            f"{format_number(packing['split_documents'])} ({format_share(packing['split_fraction'])})",
+        ),
     ]
-    dists = [("text tokens per document", stats["text_tokens_per_document"], 1),
-             ("images per document", ipd, 2),
-             ("documents per sequence", packing["documents_per_sequence"], 2)]
+    dists = [
+        ("text tokens per document", stats["text_tokens_per_document"], 1),
+        ("images per document", ipd, 2),
+        ("documents per sequence", packing["documents_per_sequence"], 2),
+    ]
     dists += [(f"score: {name}", dist, 4) for name, dist in stats["scores"].items()]
-    dist_rows = "".join(f"<tr><td>{_esc(label)}</td>{_dist_cells(dist, digits)}</tr>" for label, dist, digits in dists)
+    dist_rows = "".join(
+        f"<tr><td>{_esc(label)}</td>{_dist_cells(dist, digits)}</tr>"
+        for label, dist, digits in dists
+    )
     charts = "".join(
         f"<figure>{svg_histogram(dist, label, 0 if digits < 4 else 3)}<figcaption>{_esc(label)}</figcaption></figure>"
-        for label, dist, digits in dists if dist)
+        for label, dist, digits in dists
+        if dist
+    )
 
     fetch_rows = [("fetched", fetch["fetched"], "kept")]
     fetch_rows += [(f"failed: {f['reason']}", f["count"], "drop") for f in fetch["failures"]]
@@ -249,8 +313,10 @@ def render_report(stats: Mapping[str, Any], manifest: Mapping[str, Any],
     title = f"corpora report: {stats['corpus']}"
     reference_note = ""
     if reference:
-        reference_note = (f'<p class="sub ref">Reference column: {_esc(stats["reference"]["source"])}. '
-                          "Compare only with a build that uses the same tokenizer.</p>")
+        reference_note = (
+            f'<p class="sub ref">Reference column: {_esc(stats["reference"]["source"])}. '
+            "Compare only with a build that uses the same tokenizer.</p>"
+        )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
@@ -287,8 +353,12 @@ built {_esc(manifest.get("created", "?"))}</p>
 """
 
 
-def write_report(path: str, output: str | None = None, samples: int = 3,
-                 progress: Callable[[int, int, str], None] | None = None) -> str:
+def write_report(
+    path: str,
+    output: str | None = None,
+    samples: int = 3,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> str:
     """Compute ``path``'s statistics from its shards and write ``report.html``
     (beside the manifest unless ``output`` says where); returns its path."""
     import itertools

@@ -15,7 +15,6 @@ would not belong to the new build) unless the user asks to overwrite.
 from __future__ import annotations
 
 import json
-
 from typing import Any, Mapping
 
 from corpora import FORMAT
@@ -41,7 +40,9 @@ def fingerprint(settings: BuildSettings, tokenizer: TokenizerInfo) -> dict[str, 
     shaping["fetch"] = {k: v for k, v in shaping["fetch"].items() if k not in _FETCH_NOT_SHAPING}
     return {
         "format": FORMAT,
-        "settings": json.loads(json.dumps(shaping)),  # as it reads back from build.json: lists, not tuples
+        "settings": json.loads(
+            json.dumps(shaping)
+        ),  # as it reads back from build.json: lists, not tuples
         "tokenizer_sha256": tokenizer.sha256,
         "image_token_id": tokenizer.image_token_id,
         "pad_id": tokenizer.pad_id,
@@ -64,20 +65,28 @@ def changes(previous: Mapping[str, Any], current: Mapping[str, Any]) -> list[str
     ['settings.seq_len: 2048 -> 1024']
     """
     old, new = _flatten(previous), _flatten(current)
-    return [f"{key}: {old.get(key, '(unset)')} -> {new.get(key, '(unset)')}"
-            for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
+    return [
+        f"{key}: {old.get(key, '(unset)')} -> {new.get(key, '(unset)')}"
+        for key in sorted(set(old) | set(new))
+        if old.get(key) != new.get(key)
+    ]
 
 
-def check_same_build(previous: Mapping[str, Any] | None, current: Mapping[str, Any], output: str) -> None:
+def check_same_build(
+    previous: Mapping[str, Any] | None, current: Mapping[str, Any], output: str
+) -> None:
     """Raise :class:`SettingsChanged` when ``output`` was built with other settings."""
     if previous is None:
         return
     differences = changes(previous, current)
     if differences:
-        shown = "; ".join(differences[:3]) + (f"; and {len(differences) - 3} more" if len(differences) > 3 else "")
+        shown = "; ".join(differences[:3]) + (
+            f"; and {len(differences) - 3} more" if len(differences) > 3 else ""
+        )
         raise SettingsChanged(
             f"{output} holds a build with other settings ({shown}); "
-            "re-run with --overwrite to replace it, or choose another --output")
+            "re-run with --overwrite to replace it, or choose another --output"
+        )
 
 
 def marker_name(shard_name: str) -> str:
@@ -87,4 +96,6 @@ def marker_name(shard_name: str) -> str:
 def is_complete(marker: Mapping[str, Any] | None, info: Mapping[str, Any]) -> bool:
     """Whether a shard on disk, described by its ``marker``, is the shard described
     by ``info`` (what this run would write): same size and sha256."""
-    return marker is not None and all(marker.get(k) == info[k] for k in ("bytes", "sha256", "samples"))
+    return marker is not None and all(
+        marker.get(k) == info[k] for k in ("bytes", "sha256", "samples")
+    )

@@ -137,14 +137,17 @@ def cut_in_boundary(boundary: Boundary, keys: Iterable[tuple[float, str]]) -> Cu
         return Cut(None, None)
     ordered = sorted(keys, key=lambda key: order_key(*key))
     if len(ordered) != boundary.bucket_size:
-        raise RuntimeError(f"boundary bucket holds {len(ordered)} records, the histogram counted "
-                           f"{boundary.bucket_size}: scores changed between the two passes")
+        raise RuntimeError(
+            f"boundary bucket holds {len(ordered)} records, the histogram counted "
+            f"{boundary.bucket_size}: scores changed between the two passes"
+        )
     score, record_id = ordered[boundary.need - 1]
     return Cut(score, record_id)
 
 
-def quantiles(counts: Mapping[int, int], probabilities: Iterable[float],
-              resolution: float = RESOLUTION) -> dict[str, float]:
+def quantiles(
+    counts: Mapping[int, int], probabilities: Iterable[float], resolution: float = RESOLUTION
+) -> dict[str, float]:
     """Approximate score quantiles from the histogram, each within ``resolution``.
 
     A quantile is reported as the midpoint of its bucket.
@@ -166,8 +169,9 @@ def quantiles(counts: Mapping[int, int], probabilities: Iterable[float],
     return result
 
 
-def select_top_fraction(items: Iterable[tuple[float, str]], fraction: float,
-                        resolution: float = RESOLUTION) -> list[str]:
+def select_top_fraction(
+    items: Iterable[tuple[float, str]], fraction: float, resolution: float = RESOLUTION
+) -> list[str]:
     """The ids the two passes keep, for records held in memory (same rule as the pipeline).
 
     >>> select_top_fraction([(0.9, "a"), (0.7, "d"), (0.7, "b"), (0.2, "e"), (0.7, "c"), (0.1, "f")], 0.5)
@@ -175,7 +179,9 @@ def select_top_fraction(items: Iterable[tuple[float, str]], fraction: float,
     """
     items = list(items)
     boundary = locate_boundary(histogram((s for s, _ in items), resolution), fraction)
-    cut = cut_in_boundary(boundary, [(s, i) for s, i in items if bucket(s, resolution) == boundary.bucket])
+    cut = cut_in_boundary(
+        boundary, [(s, i) for s, i in items if bucket(s, resolution) == boundary.bucket]
+    )
     kept = sorted((order_key(s, i) for s, i in items if cut.keeps(s, i)))
     return [record_id for _, record_id in kept]
 

@@ -71,15 +71,24 @@ class BuildSettings:
         return settings
 
 
-def mmc4_pairs(inputs: tuple[str, ...], output: str, reassign: bool = False, **overrides: Any) -> BuildSettings:
+def mmc4_pairs(
+    inputs: tuple[str, ...], output: str, reassign: bool = False, **overrides: Any
+) -> BuildSettings:
     """VILA's pseudo-interleaved MMC4 ablation: one (image, matched sentence) per record."""
     overrides.setdefault("corpus_options", {"reassign": bool(reassign)})
     return BuildSettings(corpus="mmc4-pairs", inputs=inputs, output=output, **overrides)
 
 
-def coyo(inputs: tuple[str, ...], output: str, min_clip_sim: float | None = 0.6, max_nsfw: float | None = None,
-         min_size: int = 0, max_aspect_ratio: float | None = None, top_fraction: float | None = None,
-         **overrides: Any) -> BuildSettings:
+def coyo(
+    inputs: tuple[str, ...],
+    output: str,
+    min_clip_sim: float | None = 0.6,
+    max_nsfw: float | None = None,
+    min_size: int = 0,
+    max_aspect_ratio: float | None = None,
+    top_fraction: float | None = None,
+    **overrides: Any,
+) -> BuildSettings:
     """COYO-700M as ``[image, alt-text]`` pairs. ``min_clip_sim`` 0.6 on
     ``clip_similarity_vitb32 + clip_similarity_vitl14`` is VILA's COYO-25M
     threshold; ``None`` keeps every row. ``top_fraction`` then keeps that
@@ -88,47 +97,83 @@ def coyo(inputs: tuple[str, ...], output: str, min_clip_sim: float | None = 0.6,
     if top_fraction is not None and not 0 < top_fraction <= 1:
         raise ValueError(f"--top-fraction must be in (0, 1], got {top_fraction}")
     if min_clip_sim is not None and not 0 <= min_clip_sim <= 2:
-        raise ValueError(f"--min-clip-sim is a sum of two cosine similarities, 0..2; got {min_clip_sim}")
+        raise ValueError(
+            f"--min-clip-sim is a sum of two cosine similarities, 0..2; got {min_clip_sim}"
+        )
     if max_nsfw is not None and not 0 <= max_nsfw <= 1:
         raise ValueError(f"--max-nsfw is a probability, 0..1; got {max_nsfw}")
     if min_size < 0:
         raise ValueError(f"--min-size must be at least 0, got {min_size}")
     if max_aspect_ratio is not None and max_aspect_ratio < 1:
         raise ValueError(f"--max-aspect-ratio must be at least 1, got {max_aspect_ratio}")
-    options = {"min_clip_sim": min_clip_sim or None, "max_nsfw": max_nsfw, "min_size": min_size,
-               "max_aspect_ratio": max_aspect_ratio, "top_fraction": top_fraction}
-    return BuildSettings(corpus="coyo", inputs=inputs, output=output, corpus_options=options, **overrides)
+    options = {
+        "min_clip_sim": min_clip_sim or None,
+        "max_nsfw": max_nsfw,
+        "min_size": min_size,
+        "max_aspect_ratio": max_aspect_ratio,
+        "top_fraction": top_fraction,
+    }
+    return BuildSettings(
+        corpus="coyo", inputs=inputs, output=output, corpus_options=options, **overrides
+    )
 
 
-def _mmc4_options(reassign: bool, min_sim: float | None, max_images: int | None, preset: str | None,
-                  keep_imageless: bool) -> dict[str, Any]:
+def _mmc4_options(
+    reassign: bool,
+    min_sim: float | None,
+    max_images: int | None,
+    preset: str | None,
+    keep_imageless: bool,
+) -> dict[str, Any]:
     if min_sim is not None and not -1 <= min_sim <= 1:
         raise ValueError(f"--min-sim is a cosine similarity, -1..1; got {min_sim}")
     if max_images is not None and max_images < 0:
         raise ValueError(f"--max-images must be at least 0 (0: no limit), got {max_images}")
     if preset not in (None, "core"):
         raise ValueError(f"unknown --preset {preset!r}; one of: core")
-    return {"reassign": bool(reassign), "min_sim": min_sim, "max_images": max_images or None,
-            "preset": preset, "keep_imageless": bool(keep_imageless)}
+    return {
+        "reassign": bool(reassign),
+        "min_sim": min_sim,
+        "max_images": max_images or None,
+        "preset": preset,
+        "keep_imageless": bool(keep_imageless),
+    }
 
 
-def mmc4(inputs: tuple[str, ...], output: str, reassign: bool = False, min_sim: float | None = None,
-         max_images: int | None = 6, preset: str | None = None, keep_imageless: bool = False,
-         **overrides: Any) -> BuildSettings:
+def mmc4(
+    inputs: tuple[str, ...],
+    output: str,
+    reassign: bool = False,
+    min_sim: float | None = None,
+    max_images: int | None = 6,
+    preset: str | None = None,
+    keep_imageless: bool = False,
+    **overrides: Any,
+) -> BuildSettings:
     """MMC4 interleaved: each image before its matched sentence (VILA,
     OpenFlamingo). ``max_images`` 6 is VILA's; ``min_sim`` keeps every image
     unless set (OpenFlamingo uses 0.24)."""
     options = _mmc4_options(reassign, min_sim, max_images, preset, keep_imageless)
-    return BuildSettings(corpus="mmc4", inputs=inputs, output=output, corpus_options=options, **overrides)
+    return BuildSettings(
+        corpus="mmc4", inputs=inputs, output=output, corpus_options=options, **overrides
+    )
 
 
-def mmc4_reordered(inputs: tuple[str, ...], output: str, reassign: bool = False, min_sim: float | None = None,
-                   max_images: int | None = 6, preset: str | None = None, keep_imageless: bool = False,
-                   **overrides: Any) -> BuildSettings:
+def mmc4_reordered(
+    inputs: tuple[str, ...],
+    output: str,
+    reassign: bool = False,
+    min_sim: float | None = None,
+    max_images: int | None = 6,
+    preset: str | None = None,
+    keep_imageless: bool = False,
+    **overrides: Any,
+) -> BuildSettings:
     """VILA's reordering ablation: the images and sentences of ``mmc4``, all images first."""
     options = _mmc4_options(reassign, min_sim, max_images, preset, keep_imageless)
-    return BuildSettings(corpus="mmc4-reordered", inputs=inputs, output=output, corpus_options=options,
-                         **overrides)
+    return BuildSettings(
+        corpus="mmc4-reordered", inputs=inputs, output=output, corpus_options=options, **overrides
+    )
 
 
 def c4(inputs: tuple[str, ...], output: str, **overrides: Any) -> BuildSettings:
@@ -139,8 +184,14 @@ def c4(inputs: tuple[str, ...], output: str, **overrides: Any) -> BuildSettings:
 WIT_CAPTIONS = ("reference", "attribution", "alt", "best")
 
 
-def wit(inputs: tuple[str, ...], output: str, caption: str = "reference", languages: tuple[str, ...] | None = None,
-        with_context: bool = False, **overrides: Any) -> BuildSettings:
+def wit(
+    inputs: tuple[str, ...],
+    output: str,
+    caption: str = "reference",
+    languages: tuple[str, ...] | None = None,
+    with_context: bool = False,
+    **overrides: Any,
+) -> BuildSettings:
     """WIT as ``[image, caption]`` pairs; ``caption`` ``reference`` is the
     caption shown under the image on its page (WIT's main caption)."""
     if caption not in WIT_CAPTIONS:
@@ -149,21 +200,34 @@ def wit(inputs: tuple[str, ...], output: str, caption: str = "reference", langua
         languages = tuple(sorted({code.strip() for code in languages if code.strip()}))
         if not languages:
             raise ValueError("--languages names no language")
-    options = {"caption": caption, "languages": list(languages) if languages else None,
-               "with_context": bool(with_context)}
-    return BuildSettings(corpus="wit", inputs=inputs, output=output, corpus_options=options, **overrides)
+    options = {
+        "caption": caption,
+        "languages": list(languages) if languages else None,
+        "with_context": bool(with_context),
+    }
+    return BuildSettings(
+        corpus="wit", inputs=inputs, output=output, corpus_options=options, **overrides
+    )
 
 
 def smoke(settings: BuildSettings) -> BuildSettings:
     """A laptop-sized variant of any build: short sequences, tiny images."""
     return settings.replace(
-        seq_len=256, tokens_per_image=16, samples_per_shard=8,
+        seq_len=256,
+        tokens_per_image=16,
+        samples_per_shard=8,
         fetch=dataclasses.replace(settings.fetch, image_size=64),
     )
 
 
-BUILDERS = {"mmc4-pairs": mmc4_pairs, "coyo": coyo, "mmc4": mmc4, "mmc4-reordered": mmc4_reordered,
-            "c4": c4, "wit": wit}
+BUILDERS = {
+    "mmc4-pairs": mmc4_pairs,
+    "coyo": coyo,
+    "mmc4": mmc4,
+    "mmc4-reordered": mmc4_reordered,
+    "c4": c4,
+    "wit": wit,
+}
 
 # The corpus options each builder takes (the CLI refuses the others).
 CORPUS_OPTIONS = {

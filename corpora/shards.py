@@ -49,7 +49,9 @@ def npy_bytes(array: np.ndarray) -> bytes:
 
 
 def json_bytes(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode(
+        "utf-8"
+    )
 
 
 def sample_files(sequence: PackedSequence) -> list[tuple[str, bytes]]:
@@ -100,9 +102,12 @@ def write_shard(stream: BinaryIO, samples: Iterable[tuple[str, PackedSequence]])
             images += len(sequence.images)
             max_images = max(max_images, len(sequence.images))
     return {
-        "samples": count, "documents": documents, "images": images,
+        "samples": count,
+        "documents": documents,
+        "images": images,
         "max_images_per_sample": max_images,
-        "bytes": writer.size, "sha256": writer.sha256.hexdigest(),
+        "bytes": writer.size,
+        "sha256": writer.sha256.hexdigest(),
     }
 
 

@@ -43,11 +43,27 @@ VILA_SOURCE = "VILA (Lin et al., CVPR 2024), Table 2; Llama-2 tokenizer"
 
 # Reasons the image fetch stage gives (corpora.fetch); a drop with one of
 # these reasons is a record that lost its image.
-FETCH_REASONS = frozenset({
-    "bad_aspect", "bad_redirect", "bad_scheme", "blocked_address", "connection_error", "decode_error",
-    "dns_error", "empty_body", "file_error", "file_not_found", "not_image", "timeout", "tls_error",
-    "too_large", "too_many_pixels", "too_many_redirects", "too_small",
-})
+FETCH_REASONS = frozenset(
+    {
+        "bad_aspect",
+        "bad_redirect",
+        "bad_scheme",
+        "blocked_address",
+        "connection_error",
+        "decode_error",
+        "dns_error",
+        "empty_body",
+        "file_error",
+        "file_not_found",
+        "not_image",
+        "timeout",
+        "tls_error",
+        "too_large",
+        "too_many_pixels",
+        "too_many_redirects",
+        "too_small",
+    }
+)
 _HTTP_REASON = re.compile(r"^http_(\d{3}|\dxx)$")
 
 
@@ -66,8 +82,12 @@ class TokenIds:
 
     @classmethod
     def from_manifest(cls, manifest: Mapping[str, Any]) -> "TokenIds":
-        return cls(int(manifest["image_token_id"]), int(manifest["bos_id"]), int(manifest["eos_id"]),
-                   int(manifest["tokens_per_image"]))
+        return cls(
+            int(manifest["image_token_id"]),
+            int(manifest["bos_id"]),
+            int(manifest["eos_id"]),
+            int(manifest["tokens_per_image"]),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,8 +119,12 @@ def quantise(score: float) -> int:
     return int(round(float(score) * SCORE_SCALE))
 
 
-def sequence_values(input_ids: np.ndarray, segment_ids: np.ndarray, documents: Iterable[Mapping[str, Any]],
-                    ids: TokenIds) -> SequenceValues:
+def sequence_values(
+    input_ids: np.ndarray,
+    segment_ids: np.ndarray,
+    documents: Iterable[Mapping[str, Any]],
+    ids: TokenIds,
+) -> SequenceValues:
     """Classify one sequence's tokens per segment.
 
     >>> ids = TokenIds(image_token_id=9, bos_id=1, eos_id=2, tokens_per_image=2)
@@ -128,16 +152,28 @@ def sequence_values(input_ids: np.ndarray, segment_ids: np.ndarray, documents: I
                     scores.append((name, quantise(value)))
         failures = ()
         if piece == 0:
-            failures = tuple(f.get("reason", "unknown") for f in (entry.get("meta") or {}).get("image_failures", []))
-        pieces.append(Piece(
-            id=str(entry["id"]), piece=piece, pieces=int(entry.get("pieces", 1)),
-            text_tokens=int(in_segment.sum()) - image_tokens - special_tokens,
-            image_tokens=image_tokens, special_tokens=special_tokens,
-            images=image_tokens // ids.tokens_per_image,
-            scores=tuple(scores), image_failures=failures,
-        ))
-    return SequenceValues(tokens=int(input_ids.shape[0]), padding_tokens=int((segment_ids == 0).sum()),
-                          pieces=tuple(pieces))
+            failures = tuple(
+                f.get("reason", "unknown")
+                for f in (entry.get("meta") or {}).get("image_failures", [])
+            )
+        pieces.append(
+            Piece(
+                id=str(entry["id"]),
+                piece=piece,
+                pieces=int(entry.get("pieces", 1)),
+                text_tokens=int(in_segment.sum()) - image_tokens - special_tokens,
+                image_tokens=image_tokens,
+                special_tokens=special_tokens,
+                images=image_tokens // ids.tokens_per_image,
+                scores=tuple(scores),
+                image_failures=failures,
+            )
+        )
+    return SequenceValues(
+        tokens=int(input_ids.shape[0]),
+        padding_tokens=int((segment_ids == 0).sum()),
+        pieces=tuple(pieces),
+    )
 
 
 class StatsAccumulator:
@@ -179,7 +215,9 @@ class StatsAccumulator:
             if piece.pieces <= 1:
                 self._document(piece.text_tokens, piece.images, split=False)
             else:
-                self._partial(piece.id, piece.pieces, {piece.piece}, piece.text_tokens, piece.images)
+                self._partial(
+                    piece.id, piece.pieces, {piece.piece}, piece.text_tokens, piece.images
+                )
         return self
 
     def _document(self, text_tokens: int, images: int, split: bool) -> None:
@@ -198,11 +236,25 @@ class StatsAccumulator:
             self._document(entry[2], entry[3], split=True)
 
     def merge(self, other: "StatsAccumulator") -> "StatsAccumulator":
-        for name in ("sequences", "tokens", "padding_tokens", "text_tokens", "image_tokens", "special_tokens",
-                     "images", "pieces", "documents", "split_documents"):
+        for name in (
+            "sequences",
+            "tokens",
+            "padding_tokens",
+            "text_tokens",
+            "image_tokens",
+            "special_tokens",
+            "images",
+            "pieces",
+            "documents",
+            "split_documents",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        for name in ("text_tokens_per_document", "images_per_document", "documents_per_sequence",
-                     "image_failures"):
+        for name in (
+            "text_tokens_per_document",
+            "images_per_document",
+            "documents_per_sequence",
+            "image_failures",
+        ):
             getattr(self, name).update(getattr(other, name))
         for name, counts in other.scores.items():
             self.scores.setdefault(name, collections.Counter()).update(counts)
@@ -298,8 +350,11 @@ def _ratio(numerator: int, denominator: int) -> float | None:
 
 
 def _reasons(counts: Mapping[str, int], total: int) -> list[dict[str, Any]]:
-    return [{"reason": reason, "count": int(count), "share": _ratio(count, total)}
-            for reason, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if count]
+    return [
+        {"reason": reason, "count": int(count), "share": _ratio(count, total)}
+        for reason, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        if count
+    ]
 
 
 def funnel_section(funnel: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -337,7 +392,9 @@ def image_fetch_section(acc: StatsAccumulator, manifest: Mapping[str, Any]) -> d
     return section
 
 
-def finalize(acc: StatsAccumulator, manifest: Mapping[str, Any], whole_build: bool = True) -> dict[str, Any]:
+def finalize(
+    acc: StatsAccumulator, manifest: Mapping[str, Any], whole_build: bool = True
+) -> dict[str, Any]:
     """The ``stats.json`` document for a build with ``manifest``.
 
     Statistics of only some of a build's shards (``whole_build=False``) leave
@@ -374,7 +431,9 @@ def finalize(acc: StatsAccumulator, manifest: Mapping[str, Any], whole_build: bo
         },
         "scope": "build" if whole_build else "shards",
         "funnel": funnel_section(manifest.get("funnel")) if whole_build else None,
-        "scores": {name: distribution(counts, SCORE_SCALE) for name, counts in sorted(acc.scores.items())},
+        "scores": {
+            name: distribution(counts, SCORE_SCALE) for name, counts in sorted(acc.scores.items())
+        },
         "image_fetch": image_fetch_section(acc, manifest) if whole_build else None,
         "reference": {"source": VILA_SOURCE, "values": reference} if reference else None,
     }
@@ -395,7 +454,10 @@ def resolve(path: str) -> tuple[dict[str, Any], list[str]]:
     if os.path.isdir(path):
         manifest_path, shard_paths = os.path.join(path, MANIFEST), None
     elif os.path.isfile(path) and path.endswith(".tar"):
-        manifest_path, shard_paths = os.path.join(os.path.dirname(os.path.abspath(path)), MANIFEST), [path]
+        manifest_path, shard_paths = (
+            os.path.join(os.path.dirname(os.path.abspath(path)), MANIFEST),
+            [path],
+        )
     elif os.path.isfile(path):
         manifest_path, shard_paths = path, None
     else:
@@ -429,7 +491,9 @@ def iter_samples(shard_paths: Iterable[str]) -> Iterator[dict[str, Any]]:
             yield from iter_tar_samples(stream)
 
 
-def stats_from_shards(path: str, progress: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
+def stats_from_shards(
+    path: str, progress: Callable[[int, int, str], None] | None = None
+) -> dict[str, Any]:
     """Recompute a build's statistics from its finished shards."""
     import tarfile
 
@@ -443,8 +507,14 @@ def stats_from_shards(path: str, progress: Callable[[int, int, str], None] | Non
             progress(number, len(shard_paths), shard)
         try:
             for sample in iter_samples([shard]):
-                acc.add(sequence_values(sample["input_ids"], sample["segment_ids"],
-                                        sample.get("json", {}).get("documents", []), ids))
+                acc.add(
+                    sequence_values(
+                        sample["input_ids"],
+                        sample["segment_ids"],
+                        sample.get("json", {}).get("documents", []),
+                        ids,
+                    )
+                )
         except (tarfile.TarError, KeyError, ValueError, OSError) as exc:
             raise StatsInputError(f"unreadable shard {shard}: {exc}") from None
     return finalize(acc, manifest, whole_build)
@@ -480,42 +550,91 @@ def format_table(stats: Mapping[str, Any]) -> str:
         ("image-slot tokens", format_number(totals["image_tokens"]), ""),
         ("BOS/EOS tokens", format_number(totals["special_tokens"]), ""),
         ("padding tokens", format_number(totals["padding_tokens"]), ""),
-        ("text tokens per image", format_number(stats["text_tokens_per_image"]),
-         format_number(reference["text_tokens_per_image"]) if "text_tokens_per_image" in reference else ""),
+        (
+            "text tokens per image",
+            format_number(stats["text_tokens_per_image"]),
+            format_number(reference["text_tokens_per_image"])
+            if "text_tokens_per_image" in reference
+            else "",
+        ),
     ]
 
-    def dist_row(label: str, dist: Mapping[str, Any] | None, ref: Any = None, digits: int = 1) -> None:
+    def dist_row(
+        label: str, dist: Mapping[str, Any] | None, ref: Any = None, digits: int = 1
+    ) -> None:
         if dist is None:
             rows.append((label, "–", format_number(ref) if ref is not None else ""))
             return
-        rows.append((label, f"mean {format_number(dist['mean'], digits)}  median {format_number(dist['median'], digits)}  "
-                            f"p5 {format_number(dist['p5'], digits)}  p95 {format_number(dist['p95'], digits)}",
-                     format_number(ref) if ref is not None else ""))
+        rows.append(
+            (
+                label,
+                f"mean {format_number(dist['mean'], digits)}  median {format_number(dist['median'], digits)}  "
+                f"p5 {format_number(dist['p5'], digits)}  p95 {format_number(dist['p95'], digits)}",
+                format_number(ref) if ref is not None else "",
+            )
+        )
 
-    dist_row("images per document", stats["images_per_document"], reference.get("images_per_document"))
+    dist_row(
+        "images per document", stats["images_per_document"], reference.get("images_per_document")
+    )
     dist_row("text tokens per document", stats["text_tokens_per_document"])
     rows.append(("sequences", format_number(packing["sequences"]), ""))
     dist_row("documents per sequence", packing["documents_per_sequence"])
     rows.append(("non-padding fraction", format_share(packing["non_padding_fraction"]), ""))
-    rows.append(("documents split", f"{format_number(packing['split_documents'])} ({format_share(packing['split_fraction'])})", ""))
+    rows.append(
+        (
+            "documents split",
+            f"{format_number(packing['split_documents'])} ({format_share(packing['split_fraction'])})",
+            "",
+        )
+    )
     for name, dist in stats["scores"].items():
         dist_row(f"score {name}", dist, digits=3)
     fetch = stats.get("image_fetch")
     if fetch:
-        rows.append(("image fetch success", f"{format_share(fetch['success_rate'])} of {format_number(fetch['attempted'])}", ""))
+        rows.append(
+            (
+                "image fetch success",
+                f"{format_share(fetch['success_rate'])} of {format_number(fetch['attempted'])}",
+                "",
+            )
+        )
         for failure in fetch["failures"]:
-            rows.append((f"  failed {failure['reason']}", f"{format_number(failure['count'])} ({format_share(failure['share'])})",
-                         ""))
+            rows.append(
+                (
+                    f"  failed {failure['reason']}",
+                    f"{format_number(failure['count'])} ({format_share(failure['share'])})",
+                    "",
+                )
+            )
     funnel = stats.get("funnel")
     if funnel:
         rows.append((f"funnel input ({funnel['unit']}s)", format_number(funnel["input"]), ""))
         for drop in funnel["dropped"]:
-            rows.append((f"  dropped {drop['reason']}", f"{format_number(drop['count'])} ({format_share(drop['share'])})", ""))
-        rows.append(("  kept", f"{format_number(funnel['kept'])} ({format_share(funnel['kept_share'])})", ""))
+            rows.append(
+                (
+                    f"  dropped {drop['reason']}",
+                    f"{format_number(drop['count'])} ({format_share(drop['share'])})",
+                    "",
+                )
+            )
+        rows.append(
+            (
+                "  kept",
+                f"{format_number(funnel['kept'])} ({format_share(funnel['kept_share'])})",
+                "",
+            )
+        )
     width = max(len(r[0]) for r in rows)
     value_width = max(len(r[1]) for r in rows)
-    scope = "" if stats.get("scope", "build") == "build" else " (some shards only: no funnel, no fetch outcomes)"
-    lines = [f"{stats['corpus']}: seq_len {stats['seq_len']}, {stats['tokens_per_image']} tokens per image{scope}"]
+    scope = (
+        ""
+        if stats.get("scope", "build") == "build"
+        else " (some shards only: no funnel, no fetch outcomes)"
+    )
+    lines = [
+        f"{stats['corpus']}: seq_len {stats['seq_len']}, {stats['tokens_per_image']} tokens per image{scope}"
+    ]
     if reference:
         lines.append(f"{'':<{width}}  {'':<{value_width}}  VILA")
     for label, value, ref in rows:

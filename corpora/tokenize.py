@@ -51,8 +51,13 @@ class Tokenizer:
     once in ``setup()`` without needing the original path.
     """
 
-    def __init__(self, path: str, tokens_per_image: int, image_token_id: int | None = None,
-                 pad_id: int | None = None):
+    def __init__(
+        self,
+        path: str,
+        tokens_per_image: int,
+        image_token_id: int | None = None,
+        pad_id: int | None = None,
+    ):
         import sentencepiece as spm
 
         with open(path, "rb") as handle:
@@ -126,8 +131,13 @@ def provenance(doc: Document) -> dict[str, Any]:
     if doc.source_url:
         entry["url"] = doc.source_url
     entry["images"] = [
-        {"url": img.url, "sha256": img.sha256, "width": img.width, "height": img.height,
-         **({"scores": dict(img.scores)} if img.scores else {})}
+        {
+            "url": img.url,
+            "sha256": img.sha256,
+            "width": img.width,
+            "height": img.height,
+            **({"scores": dict(img.scores)} if img.scores else {}),
+        }
         for img in doc.images
     ]
     keep = {k: v for k, v in doc.meta.items() if v is not None}
@@ -169,7 +179,9 @@ def tokenize_document(doc: Document, tokenizer: Tokenizer) -> TokenizedDocument:
     return TokenizedDocument(
         id=doc.id,
         corpus=doc.corpus,
-        input_ids=np.fromiter(ids, dtype=np.int32, count=len(ids)),  # the fastest list-to-int32 path
+        input_ids=np.fromiter(
+            ids, dtype=np.int32, count=len(ids)
+        ),  # the fastest list-to-int32 path
         spans=tuple(spans),
         images=tuple(images),
         provenance=provenance(doc),

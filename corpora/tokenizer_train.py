@@ -38,7 +38,10 @@ def train_sentencepiece(
         input_sentence_size=input_sentence_size,
         shuffle_input_sentence=False,
         num_threads=1,
-        unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        pad_id=-1,
         minloglevel=2,
     )
     with open(output, "wb") as handle:

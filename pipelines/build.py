@@ -42,18 +42,39 @@ def write_failures(failures: beam.PCollection, settings: BuildSettings) -> beam.
         | "FailureByUrl" >> beam.Map(lambda row: (row["url"], row))
         | "OneRowPerUrl" >> beam.CombinePerKey(first_failure)
         | "FailureRows" >> beam.Values()
-        | "WriteFailures" >> beam.io.WriteToParquet(
-            FileSystems.join(settings.output, FAILURES), failure_schema(),
-            num_shards=1, shard_name_template="")
+        | "WriteFailures"
+        >> beam.io.WriteToParquet(
+            FileSystems.join(settings.output, FAILURES),
+            failure_schema(),
+            num_shards=1,
+            shard_name_template="",
+        )
     )
 
 
-def write_manifest(_, settings: BuildSettings, tokenizer: Tokenizer, shard_infos: list[dict],
-                   input_counts: int, kept: int, dropped: list[tuple[str, int]],
-                   images: list[tuple[str, int]] = (), failure_files: list[str] = (),
-                   clip: dict[str, Any] | None = None, selection: dict[str, Any] | None = None) -> dict[str, Any]:
-    manifest = build_manifest(settings, tokenizer.info, shard_infos, input_counts, kept, dict(dropped),
-                              images=dict(images), clip=clip)
+def write_manifest(
+    _,
+    settings: BuildSettings,
+    tokenizer: Tokenizer,
+    shard_infos: list[dict],
+    input_counts: int,
+    kept: int,
+    dropped: list[tuple[str, int]],
+    images: list[tuple[str, int]] = (),
+    failure_files: list[str] = (),
+    clip: dict[str, Any] | None = None,
+    selection: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    manifest = build_manifest(
+        settings,
+        tokenizer.info,
+        shard_infos,
+        input_counts,
+        kept,
+        dict(dropped),
+        images=dict(images),
+        clip=clip,
+    )
     if selection is not None:
         manifest["top_fraction"] = selection  # where the global cut fell
     storage.write_json(FileSystems.join(settings.output, MANIFEST), manifest)  # last, and atomic
@@ -64,79 +85,101 @@ def _input_files(pipeline: beam.Pipeline, inputs: Sequence[str]) -> beam.PCollec
     """Readable input files: Beam's FileSystems (local, gs://, s3://) match and
     open theirs; fsspec (hf://) inputs are listed here and opened by workers."""
     beam_inputs = [i for i in inputs if not storage.uses_fsspec(i)]
-    fsspec_files = [storage.FsspecFile(p) for i in inputs if storage.uses_fsspec(i) for p in storage.match(i)]
+    fsspec_files = [
+        storage.FsspecFile(p) for i in inputs if storage.uses_fsspec(i) for p in storage.match(i)
+    ]
     if not fsspec_files:
-        return (pipeline
-                | "Inputs" >> beam.Create(beam_inputs)
-                | "Match" >> fileio.MatchAll()
-                | "Files" >> fileio.ReadMatches(compression=CompressionTypes.UNCOMPRESSED))
+        return (
+            pipeline
+            | "Inputs" >> beam.Create(beam_inputs)
+            | "Match" >> fileio.MatchAll()
+            | "Files" >> fileio.ReadMatches(compression=CompressionTypes.UNCOMPRESSED)
+        )
     files = [pipeline | "FsspecFiles" >> beam.Create(fsspec_files)]
     if beam_inputs:
-        files.append(pipeline
-                     | "Inputs" >> beam.Create(beam_inputs)
-                     | "Match" >> fileio.MatchAll()
-                     | "Files" >> fileio.ReadMatches(compression=CompressionTypes.UNCOMPRESSED))
+        files.append(
+            pipeline
+            | "Inputs" >> beam.Create(beam_inputs)
+            | "Match" >> fileio.MatchAll()
+            | "Files" >> fileio.ReadMatches(compression=CompressionTypes.UNCOMPRESSED)
+        )
     return files[0] if len(files) == 1 else tuple(files) | "AllFiles" >> beam.Flatten()
 
 
-def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: Tokenizer) -> beam.PCollection:
+def build_pipeline(
+    pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: Tokenizer
+) -> beam.PCollection:
     """Add the build of ``settings.corpus`` to ``pipeline``; returns the manifest."""
     spec = catalog.get(settings.corpus)
-    read = (
-        _input_files(pipeline, settings.inputs)
-        | "Read" >> beam.ParDo(t.ReadSource(spec, settings)).with_outputs(t.DROPPED, t.INPUT, main="docs")
-    )
+    read = _input_files(pipeline, settings.inputs) | "Read" >> beam.ParDo(
+        t.ReadSource(spec, settings)
+    ).with_outputs(t.DROPPED, t.INPUT, main="docs")
     drops = [read.dropped]
     docs = read.docs
     if spec.metadata_filter is not None:  # cheap, before any download
         filtered = docs | "Filter" >> beam.ParDo(
-            t.ApplyStage(spec.metadata_filter, settings, "filter")).with_outputs(t.DROPPED, main="docs")
+            t.ApplyStage(spec.metadata_filter, settings, "filter")
+        ).with_outputs(t.DROPPED, main="docs")
         docs, drops = filtered.docs, drops + [filtered.dropped]
     selection = None
-    if settings.corpus_options.get("top_fraction") is not None:  # coyo: global, by the precomputed CLIP sum
+    if (
+        settings.corpus_options.get("top_fraction") is not None
+    ):  # coyo: global, by the precomputed CLIP sum
         from corpora.filters import coyo_clip_sum
         from pipelines.select import TopFraction
 
-        selected = docs | "TopFraction" >> TopFraction(coyo_clip_sum, settings.corpus_options["top_fraction"])
+        selected = docs | "TopFraction" >> TopFraction(
+            coyo_clip_sum, settings.corpus_options["top_fraction"]
+        )
         docs, drops = selected.kept, drops + [selected.dropped]
         selection = beam.pvalue.AsSingleton(selected.summary)
     fetched = (
         docs
         | "Spread" >> beam.Reshuffle()
         | "Batch" >> beam.BatchElements(min_batch_size=8, max_batch_size=256)
-        | "Fetch" >> beam.ParDo(t.FetchImages(spec, settings.fetch)).with_outputs(
-            t.DROPPED, t.IMAGES, t.FAILURES, main="docs")
+        | "Fetch"
+        >> beam.ParDo(t.FetchImages(spec, settings.fetch)).with_outputs(
+            t.DROPPED, t.IMAGES, t.FAILURES, main="docs"
+        )
     )
     docs, drops, clip_summary = fetched.docs, drops + [fetched.dropped], None
     if settings.clip is not None:  # needs the image bytes; before the layout places images
         from corpora.clip import DOCUMENT_CORPORA
         from pipelines.clip import ClipStage, DocumentClipStage
 
-        stage = (DocumentClipStage(settings.clip) if settings.corpus in DOCUMENT_CORPORA
-                 else ClipStage(settings.clip, settings.output))
+        stage = (
+            DocumentClipStage(settings.clip)
+            if settings.corpus in DOCUMENT_CORPORA
+            else ClipStage(settings.clip, settings.output)
+        )
         scored = docs | "Clip" >> stage
         docs, clip_summary = scored.docs, beam.pvalue.AsSingleton(scored.summary)
         drops = drops + [scored.dropped]
     if spec.layout is not None:
         laid_out = docs | "Layout" >> beam.ParDo(
-            t.ApplyStage(spec.layout, settings, "layout")).with_outputs(t.DROPPED, main="docs")
+            t.ApplyStage(spec.layout, settings, "layout")
+        ).with_outputs(t.DROPPED, main="docs")
         docs, drops = laid_out.docs, drops + [laid_out.dropped]
     image_counts = fetched[t.IMAGES] | "SumImages" >> beam.CombinePerKey(sum)
     failure_files = write_failures(fetched[t.FAILURES], settings)
     tokenized = docs | "Tokenize" >> beam.ParDo(t.Tokenize(tokenizer))
     packed = tokenized | "PackSequences" >> t.PackSequences(
-        settings, tokenizer.info.pad_id, token_ids(tokenizer.info))
+        settings, tokenizer.info.pad_id, token_ids(tokenizer.info)
+    )
     shard_infos = packed["shards"]
     drops = tuple(drops + [packed["dropped"]]) | "Drops" >> beam.Flatten()
     manifest = (
         pipeline
         | "Finish" >> beam.Create([None])
-        | "Manifest" >> beam.Map(
+        | "Manifest"
+        >> beam.Map(
             write_manifest,
             settings=settings,
             tokenizer=tokenizer,
             shard_infos=beam.pvalue.AsList(shard_infos),
-            input_counts=beam.pvalue.AsSingleton(read.input | "SumInput" >> beam.CombineGlobally(sum)),
+            input_counts=beam.pvalue.AsSingleton(
+                read.input | "SumInput" >> beam.CombineGlobally(sum)
+            ),
             kept=beam.pvalue.AsSingleton(packed["kept"] | "SumKept" >> beam.CombineGlobally(sum)),
             dropped=beam.pvalue.AsList(_drop_counts(drops)),
             images=beam.pvalue.AsList(image_counts),
@@ -149,8 +192,14 @@ def build_pipeline(pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: 
     return manifest
 
 
-def run_build(settings: BuildSettings, runner: str = "DirectRunner", workers: int = 1,
-              beam_args: Sequence[str] = (), verbose: bool = False, overwrite: bool = False) -> dict[str, Any]:
+def run_build(
+    settings: BuildSettings,
+    runner: str = "DirectRunner",
+    workers: int = 1,
+    beam_args: Sequence[str] = (),
+    verbose: bool = False,
+    overwrite: bool = False,
+) -> dict[str, Any]:
     """Build a corpus and return its manifest (read back from the output).
 
     Re-running an interrupted build resumes it (``pipelines/launch.py``)."""

@@ -47,8 +47,12 @@ class ClipModelHandler(ModelHandler):
     def load_model(self) -> clip.ClipModel:
         return clip.load_clip(self._settings)
 
-    def run_inference(self, batch: Sequence[Document], model: clip.ClipModel,
-                      inference_args: dict[str, Any] | None = None):
+    def run_inference(
+        self,
+        batch: Sequence[Document],
+        model: clip.ClipModel,
+        inference_args: dict[str, Any] | None = None,
+    ):
         return clip.score_pairs(batch, model)
 
     def get_num_bytes(self, batch: Sequence[Document]) -> int:
@@ -63,8 +67,12 @@ class DocumentClipModelHandler(ClipModelHandler):
     """The same handler for interleaved documents: each batch of documents is
     scored and its images re-placed by :func:`corpora.clip.score_documents`."""
 
-    def run_inference(self, batch: Sequence[Document], model: clip.ClipModel,
-                      inference_args: dict[str, Any] | None = None):
+    def run_inference(
+        self,
+        batch: Sequence[Document],
+        model: clip.ClipModel,
+        inference_args: dict[str, Any] | None = None,
+    ):
         return clip.score_documents(batch, model)
 
 
@@ -113,7 +121,9 @@ class _WriteEmbeddingFile(beam.DoFn):
 class WriteEmbeddings(beam.PTransform):
     """Embedding rows → parquet files beside the shards, split by id hash."""
 
-    def __init__(self, output: str, model_id: str, rows_per_file: int = clip.EMBEDDINGS_ROWS_PER_FILE):
+    def __init__(
+        self, output: str, model_id: str, rows_per_file: int = clip.EMBEDDINGS_ROWS_PER_FILE
+    ):
         super().__init__()
         self._output = output
         self._model_id = model_id
@@ -124,9 +134,14 @@ class WriteEmbeddings(beam.PTransform):
         total = rows | "CountRows" >> beam.combiners.Count.Globally()
         return (
             rows
-            | "PickFile" >> beam.Map(
-                lambda row, n: (stable_hash(row["id"]) % clip.embeddings_file_count(n, per_file), row),
-                beam.pvalue.AsSingleton(total))
+            | "PickFile"
+            >> beam.Map(
+                lambda row, n: (
+                    stable_hash(row["id"]) % clip.embeddings_file_count(n, per_file),
+                    row,
+                ),
+                beam.pvalue.AsSingleton(total),
+            )
             | "ByFile" >> beam.GroupByKey()
             | "WriteFile" >> beam.ParDo(_WriteEmbeddingFile(self._output, self._model_id))
         )
@@ -144,9 +159,13 @@ class ClipStage(beam.PTransform):
     Sits after fetch (it needs the image bytes) and before tokenize.
     """
 
-    def __init__(self, settings: clip.ClipSettings, output: str,
-                 resolution: float = select.RESOLUTION,
-                 rows_per_file: int = clip.EMBEDDINGS_ROWS_PER_FILE):
+    def __init__(
+        self,
+        settings: clip.ClipSettings,
+        output: str,
+        resolution: float = select.RESOLUTION,
+        rows_per_file: int = clip.EMBEDDINGS_ROWS_PER_FILE,
+    ):
         super().__init__()
         self._settings = settings
         self._output = output
@@ -158,8 +177,10 @@ class ClipStage(beam.PTransform):
         scored = (
             docs
             | "RunInference" >> RunInference(ClipModelHandler(settings))
-            | "SplitScored" >> beam.ParDo(_SplitScored(settings.save_embeddings)).with_outputs(
-                DROPPED, EMBEDDINGS, main="docs")
+            | "SplitScored"
+            >> beam.ParDo(_SplitScored(settings.save_embeddings)).with_outputs(
+                DROPPED, EMBEDDINGS, main="docs"
+            )
         )
         counts = (
             scored.docs
@@ -168,25 +189,34 @@ class ClipStage(beam.PTransform):
         )
         kept, drops = scored.docs, [scored[DROPPED]]
         if settings.min_sim is not None:
-            kept, below = kept | "MinClipSim" >> AtLeast(clip_score, settings.min_sim, "clip_sim_below_min")
+            kept, below = kept | "MinClipSim" >> AtLeast(
+                clip_score, settings.min_sim, "clip_sim_below_min"
+            )
             drops.append(below)
         selection = docs.pipeline | "NoSelection" >> beam.Create([])
         if settings.top_fraction is not None:
             selected = kept | "ClipTopFraction" >> TopFraction(
-                clip_score, settings.top_fraction, "clip_below_top_fraction", resolution)
+                clip_score, settings.top_fraction, "clip_below_top_fraction", resolution
+            )
             kept, selection = selected.kept, selected.summary
             drops.append(selected.dropped)
         files = docs.pipeline | "NoEmbeddings" >> beam.Create([])
         if settings.save_embeddings:
             files = scored[EMBEDDINGS] | "SaveEmbeddings" >> WriteEmbeddings(
-                self._output, settings.model_id, self._rows_per_file)
+                self._output, settings.model_id, self._rows_per_file
+            )
         summary = (
             docs.pipeline
             | "ClipSummaryStart" >> beam.Create([None])
-            | "ClipSummary" >> beam.Map(
+            | "ClipSummary"
+            >> beam.Map(
                 lambda _, counts, selection, files: clip.clip_summary(
-                    settings, counts, selection[0] if selection else None, files, resolution),
-                beam.pvalue.AsSingleton(counts), beam.pvalue.AsList(selection), beam.pvalue.AsList(files))
+                    settings, counts, selection[0] if selection else None, files, resolution
+                ),
+                beam.pvalue.AsSingleton(counts),
+                beam.pvalue.AsList(selection),
+                beam.pvalue.AsList(files),
+            )
         )
         dropped = drops | "ClipDropped" >> beam.Flatten()
         return ClipOutput(kept, dropped, summary)
@@ -216,7 +246,8 @@ class DocumentClipStage(beam.PTransform):
         )
         counts = (
             scored.docs
-            | "ScoreBuckets" >> beam.FlatMap(lambda doc: [select.bucket(s, resolution) for s in image_scores(doc)])
+            | "ScoreBuckets"
+            >> beam.FlatMap(lambda doc: [select.bucket(s, resolution) for s in image_scores(doc)])
             | "ScoreHistogram" >> beam.CombineGlobally(HistogramFn())
         )
         kept = scored.docs
@@ -225,8 +256,10 @@ class DocumentClipStage(beam.PTransform):
         summary = (
             docs.pipeline
             | "ClipSummaryStart" >> beam.Create([None])
-            | "ClipSummary" >> beam.Map(
+            | "ClipSummary"
+            >> beam.Map(
                 lambda _, counts: clip.clip_summary(settings, counts, None, [], resolution),
-                beam.pvalue.AsSingleton(counts))
+                beam.pvalue.AsSingleton(counts),
+            )
         )
         return ClipOutput(kept, scored[DROPPED], summary)

@@ -55,7 +55,9 @@ def counters_of(result: Any) -> dict[str, int]:
     counters: dict[str, int] = {}
     for counter in query.get("counters", []):
         value = counter.committed if counter.committed is not None else counter.attempted
-        counters[counter.key.metric.name] = counters.get(counter.key.metric.name, 0) + int(value or 0)
+        counters[counter.key.metric.name] = counters.get(counter.key.metric.name, 0) + int(
+            value or 0
+        )
     return counters
 
 
@@ -63,8 +65,13 @@ class Progress:
     """Every ``every`` seconds, a line with the elapsed time and the shards
     written so far (a local build's only visible progress before it ends)."""
 
-    def __init__(self, output: str, every: float, stream: TextIO = sys.stderr,
-                 count: Callable[[], int] | None = None):
+    def __init__(
+        self,
+        output: str,
+        every: float,
+        stream: TextIO = sys.stderr,
+        count: Callable[[], int] | None = None,
+    ):
         self._output = output
         self._every = every
         self._stream = stream
@@ -83,7 +90,9 @@ class Progress:
     def _loop(self) -> None:
         while not self._stop.wait(self._every):
             elapsed = int(time.monotonic() - self._start)
-            self._stream.write(f"  … {elapsed // 60}m{elapsed % 60:02d}s, {self._count()} shard(s) complete\n")
+            self._stream.write(
+                f"  … {elapsed // 60}m{elapsed % 60:02d}s, {self._count()} shard(s) complete\n"
+            )
             self._stream.flush()
 
     def __enter__(self) -> "Progress":
@@ -97,19 +106,27 @@ class Progress:
             self._thread.join()
 
 
-def execute(settings: BuildSettings, runner: RunnerSettings, overwrite: bool = False, verbose: bool = False,
-            progress_every: float = 0) -> BuildOutcome:
+def execute(
+    settings: BuildSettings,
+    runner: RunnerSettings,
+    overwrite: bool = False,
+    verbose: bool = False,
+    progress_every: float = 0,
+) -> BuildOutcome:
     """Build ``settings`` on ``runner``; resume the output if it holds an
     interrupted attempt of the same build."""
-    tokenizer = Tokenizer(settings.tokenizer, settings.tokens_per_image,
-                          settings.image_token_id, settings.pad_id)
+    tokenizer = Tokenizer(
+        settings.tokenizer, settings.tokens_per_image, settings.image_token_id, settings.pad_id
+    )
     options = pipeline_options(runner, verbose=verbose)
     FileSystems.set_options(options)  # s3 endpoint and keys for this process's own reads and writes
     dry_run = bool(options.view_as(TestOptions).dry_run)
     try:  # Beam validates the options for the runner here (project id, temp location, …)
         pipeline = beam.Pipeline(runner=make_runner(options), options=options)
     except ValueError as exc:
-        raise RunnerError(f"invalid options for {runner.runner}: {' '.join(str(exc).split())}") from None
+        raise RunnerError(
+            f"invalid options for {runner.runner}: {' '.join(str(exc).split())}"
+        ) from None
     found = {"complete_shards": 0}
     if not dry_run:  # a dry run writes nothing, so it does not touch the output either
         found = resume.prepare_output(settings, tokenizer.info, overwrite=overwrite)
@@ -123,6 +140,10 @@ def execute(settings: BuildSettings, runner: RunnerSettings, overwrite: bool = F
         return BuildOutcome(None, {}, seconds, result=result)
     resume.remove_temporaries(settings.output, settings.corpus)
     manifest = storage.read_json(FileSystems.join(settings.output, MANIFEST))
-    resume.remove_stale_shards(settings.output, settings.corpus, (s["path"] for s in manifest["shards"]))
+    resume.remove_stale_shards(
+        settings.output, settings.corpus, (s["path"] for s in manifest["shards"])
+    )
     counters = counters_of(result)
-    return BuildOutcome(manifest, counters, seconds, resumed_shards=found["complete_shards"], result=result)
+    return BuildOutcome(
+        manifest, counters, seconds, resumed_shards=found["complete_shards"], result=result
+    )

@@ -18,7 +18,9 @@ from corpora.tokenize import TokenizerInfo
 from pipelines import storage
 
 
-def prepare_output(settings: BuildSettings, tokenizer: TokenizerInfo, overwrite: bool = False) -> dict[str, int]:
+def prepare_output(
+    settings: BuildSettings, tokenizer: TokenizerInfo, overwrite: bool = False
+) -> dict[str, int]:
     """Make ``settings.output`` ready for this build.
 
     A new output gets the build's fingerprint. An output of the same build is
@@ -36,7 +38,8 @@ def prepare_output(settings: BuildSettings, tokenizer: TokenizerInfo, overwrite:
     if previous is None and existing and not overwrite:
         raise resume.SettingsChanged(
             f"{output} already holds {len(existing)} build file(s) but no record of their settings; "
-            "re-run with --overwrite to replace them, or choose another --output")
+            "re-run with --overwrite to replace them, or choose another --output"
+        )
     if overwrite:
         removed = len(existing)
         if existing:
@@ -58,8 +61,12 @@ def _matching(pattern: str) -> list[str]:
 
 def _build_files(output: str, corpus: str) -> list[str]:
     join = FileSystems.join
-    return (_matching(join(output, f"{corpus}-*.tar*")) + _matching(join(output, MANIFEST))
-            + _matching(join(output, resume.SHARD_MARKERS, "*.json")) + _matching(join(output, resume.BUILD_STATE)))
+    return (
+        _matching(join(output, f"{corpus}-*.tar*"))
+        + _matching(join(output, MANIFEST))
+        + _matching(join(output, resume.SHARD_MARKERS, "*.json"))
+        + _matching(join(output, resume.BUILD_STATE))
+    )
 
 
 def remove_temporaries(output: str, corpus: str) -> int:
@@ -75,7 +82,11 @@ def remove_stale_shards(output: str, corpus: str, current: Iterable[str]) -> int
     """Delete shards (and their markers) that an earlier attempt of this build
     wrote past the end of the finished one: they are not in its manifest."""
     keep = set(current)
-    stale = [p for p in _matching(FileSystems.join(output, f"{corpus}-*.tar")) if p.rsplit("/", 1)[-1] not in keep]
+    stale = [
+        p
+        for p in _matching(FileSystems.join(output, f"{corpus}-*.tar"))
+        if p.rsplit("/", 1)[-1] not in keep
+    ]
     markers = [FileSystems.join(output, resume.marker_name(p.rsplit("/", 1)[-1])) for p in stale]
     paths = stale + [m for m in markers if FileSystems.exists(m)]
     if paths:
@@ -105,8 +116,9 @@ class _Discard(io.RawIOBase):
         return len(data)
 
 
-def completed_shard(output: str, shard_name: str,
-                    samples: Iterable[tuple[str, PackedSequence]]) -> dict[str, Any] | None:
+def completed_shard(
+    output: str, shard_name: str, samples: Iterable[tuple[str, PackedSequence]]
+) -> dict[str, Any] | None:
     """The info of ``shard_name`` if a previous attempt already wrote exactly
     these ``samples`` there; ``None`` if it must be written."""
     marker = read_marker(output, shard_name)

@@ -57,27 +57,52 @@ class RunnerSettings:
         if self.workers < 1:
             raise RunnerError(f"workers must be at least 1, got {self.workers}")
         if self.environment_type is not None and self.environment_type.upper() not in ENVIRONMENTS:
-            raise RunnerError(f"unknown environment type {self.environment_type!r}; one of: {', '.join(ENVIRONMENTS)}")
+            raise RunnerError(
+                f"unknown environment type {self.environment_type!r}; one of: {', '.join(ENVIRONMENTS)}"
+            )
         needs = {
             "PortableRunner": {"--job-endpoint": self.job_endpoint},
-            "DataflowRunner": {"--project": self.project, "--region": self.region,
-                               "--temp-location": self.temp_location},
+            "DataflowRunner": {
+                "--project": self.project,
+                "--region": self.region,
+                "--temp-location": self.temp_location,
+            },
         }.get(self.runner, {})
-        missing = [flag for flag, value in needs.items() if not value and not self._in_beam_args(flag)]
+        missing = [
+            flag for flag, value in needs.items() if not value and not self._in_beam_args(flag)
+        ]
         if missing:
             raise RunnerError(f"{self.runner} needs {', '.join(missing)}")
-        if self.runner == "DataflowRunner" and self.temp_location and not self.temp_location.startswith("gs://"):
-            raise RunnerError(f"--temp-location must be a gs:// path for DataflowRunner, got {self.temp_location}")
-        wrong = [flag for flag, value, runners in (
-            ("--job-endpoint", self.job_endpoint, ("PortableRunner",)),
-            ("--spark-master-url", self.spark_master_url, ("SparkRunner",)),
-            ("--flink-master", self.flink_master, ("FlinkRunner",)),
-            ("--job-server-jar", self.job_server_jar, ("SparkRunner", "FlinkRunner")),
-            ("--environment-type", self.environment_type, ("PortableRunner", "SparkRunner", "FlinkRunner")),
-            ("--environment-config", self.environment_config, ("PortableRunner", "SparkRunner", "FlinkRunner")),
-            ("--project", self.project, ("DataflowRunner",)),
-            ("--region", self.region, ("DataflowRunner",)),
-        ) if value and self.runner not in runners]
+        if (
+            self.runner == "DataflowRunner"
+            and self.temp_location
+            and not self.temp_location.startswith("gs://")
+        ):
+            raise RunnerError(
+                f"--temp-location must be a gs:// path for DataflowRunner, got {self.temp_location}"
+            )
+        wrong = [
+            flag
+            for flag, value, runners in (
+                ("--job-endpoint", self.job_endpoint, ("PortableRunner",)),
+                ("--spark-master-url", self.spark_master_url, ("SparkRunner",)),
+                ("--flink-master", self.flink_master, ("FlinkRunner",)),
+                ("--job-server-jar", self.job_server_jar, ("SparkRunner", "FlinkRunner")),
+                (
+                    "--environment-type",
+                    self.environment_type,
+                    ("PortableRunner", "SparkRunner", "FlinkRunner"),
+                ),
+                (
+                    "--environment-config",
+                    self.environment_config,
+                    ("PortableRunner", "SparkRunner", "FlinkRunner"),
+                ),
+                ("--project", self.project, ("DataflowRunner",)),
+                ("--region", self.region, ("DataflowRunner",)),
+            )
+            if value and self.runner not in runners
+        ]
         if wrong:
             raise RunnerError(f"{', '.join(wrong)} does not apply to {self.runner}")
 
@@ -98,7 +123,10 @@ def _stages_package(settings: RunnerSettings) -> bool:
     it, and so does a custom container image."""
     if settings.runner == "DirectRunner":
         return False
-    if any(arg.lstrip("-").split("=", 1)[0] in ("setup_file", "sdk_container_image") for arg in settings.beam_args):
+    if any(
+        arg.lstrip("-").split("=", 1)[0] in ("setup_file", "sdk_container_image")
+        for arg in settings.beam_args
+    ):
         return False
     if settings.runner == "DataflowRunner":
         return True
@@ -110,7 +138,9 @@ def _flags(settings: RunnerSettings) -> list[str]:
     flags = [f"--runner={settings.runner}"]
     mapped = {
         "job_endpoint": settings.job_endpoint,
-        "environment_type": settings.environment_type.upper() if settings.environment_type else None,
+        "environment_type": settings.environment_type.upper()
+        if settings.environment_type
+        else None,
         "environment_config": settings.environment_config,
         "project": settings.project,
         "region": settings.region,
@@ -119,13 +149,16 @@ def _flags(settings: RunnerSettings) -> list[str]:
         "flink_master": settings.flink_master,
     }
     if settings.job_server_jar:
-        mapped["spark_job_server_jar" if settings.runner == "SparkRunner" else "flink_job_server_jar"] = \
-            settings.job_server_jar
+        mapped[
+            "spark_job_server_jar" if settings.runner == "SparkRunner" else "flink_job_server_jar"
+        ] = settings.job_server_jar
     if _stages_package(settings):
         if not os.path.isfile(PYPROJECT):
-            raise RunnerError(f"{settings.runner} workers need the corpora package, staged from {PYPROJECT}, "
-                              "which is missing; run from a source checkout or pass "
-                              "-- --sdk_container_image=IMAGE with corpora installed")
+            raise RunnerError(
+                f"{settings.runner} workers need the corpora package, staged from {PYPROJECT}, "
+                "which is missing; run from a source checkout or pass "
+                "-- --sdk_container_image=IMAGE with corpora installed"
+            )
         mapped["setup_file"] = PYPROJECT
     if settings.runner in ("PortableRunner", "SparkRunner", "FlinkRunner") and settings.workers > 1:
         mapped["sdk_worker_parallelism"] = str(settings.workers)
@@ -133,8 +166,12 @@ def _flags(settings: RunnerSettings) -> list[str]:
     return flags + list(settings.beam_args)
 
 
-def pipeline_options(settings: RunnerSettings | str, workers: int = 1, beam_args: Sequence[str] = (),
-                     verbose: bool = False) -> PipelineOptions:
+def pipeline_options(
+    settings: RunnerSettings | str,
+    workers: int = 1,
+    beam_args: Sequence[str] = (),
+    verbose: bool = False,
+) -> PipelineOptions:
     """The Beam options for a run. ``pipeline_options("DirectRunner", 2)`` still
     works for callers that only choose a runner and a worker count."""
     if isinstance(settings, str):
@@ -142,7 +179,9 @@ def pipeline_options(settings: RunnerSettings | str, workers: int = 1, beam_args
     options = PipelineOptions(_flags(settings))
     harness = options.view_as(WorkerOptions)
     if not verbose and harness.default_sdk_harness_log_level is None:
-        harness.default_sdk_harness_log_level = "ERROR"  # worker processes log INFO to stderr otherwise
+        harness.default_sdk_harness_log_level = (
+            "ERROR"  # worker processes log INFO to stderr otherwise
+        )
     if settings.runner == "DirectRunner":
         direct = options.view_as(DirectOptions)
         direct.direct_num_workers = settings.workers
@@ -162,5 +201,7 @@ def make_runner(options: PipelineOptions):
     # Hand the options to the workers, as Beam's DirectRunner does: worker
     # processes read them (S3 endpoint and keys, among others) from here.
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-    provision = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
+    provision = fn_runner.ExtendedProvisionInfo(
+        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
+    )
     return fn_runner.FnApiRunner(provision_info=provision)

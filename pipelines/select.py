@@ -44,7 +44,9 @@ class _Score(beam.DoFn):
     def process(self, doc: Document):
         score = self._score(doc)
         if not select.valid_score(score):
-            yield _route(Drop(f"{self._reason}_missing_score", doc.id, url=doc.source_url), "select")
+            yield _route(
+                Drop(f"{self._reason}_missing_score", doc.id, url=doc.source_url), "select"
+            )
         else:
             yield float(score), doc
 
@@ -59,8 +61,15 @@ class _Route(beam.DoFn):
             Metrics.counter(NAMESPACE, f"{self._reason}.kept").inc()
             yield doc
         else:
-            yield _route(Drop(self._reason, doc.id, url=doc.source_url,
-                              detail=f"score {score} after cut ({cut.score}, {cut.record_id})"), "select")
+            yield _route(
+                Drop(
+                    self._reason,
+                    doc.id,
+                    url=doc.source_url,
+                    detail=f"score {score} after cut ({cut.score}, {cut.record_id})",
+                ),
+                "select",
+            )
 
 
 class Selected(NamedTuple):
@@ -75,8 +84,13 @@ class TopFraction(beam.PTransform):
     kept set does not depend on the number of workers.
     """
 
-    def __init__(self, score: ScoreFn, fraction: float, reason: str = "below_top_fraction",
-                 resolution: float = select.RESOLUTION):
+    def __init__(
+        self,
+        score: ScoreFn,
+        fraction: float,
+        reason: str = "below_top_fraction",
+        resolution: float = select.RESOLUTION,
+    ):
         super().__init__()
         if not 0.0 < fraction <= 1.0:
             raise ValueError(f"fraction must be in (0, 1], got {fraction}")
@@ -87,7 +101,9 @@ class TopFraction(beam.PTransform):
 
     def expand(self, docs: beam.PCollection) -> Selected:
         resolution, fraction = self._resolution, self._fraction
-        scored = docs | "Score" >> beam.ParDo(_Score(self._score, self._reason)).with_outputs(DROPPED, main="scored")
+        scored = docs | "Score" >> beam.ParDo(_Score(self._score, self._reason)).with_outputs(
+            DROPPED, main="scored"
+        )
         counts = (
             scored.scored
             | "Bucket" >> beam.Map(lambda item: select.bucket(item[0], resolution))
@@ -96,16 +112,25 @@ class TopFraction(beam.PTransform):
         boundary = counts | "Boundary" >> beam.Map(select.locate_boundary, fraction)
         keys = (
             scored.scored
-            | "InBoundary" >> beam.FlatMap(
-                lambda item, b: [(item[0], item[1].id)] if select.bucket(item[0], resolution) == b.bucket else [],
-                beam.pvalue.AsSingleton(boundary))
+            | "InBoundary"
+            >> beam.FlatMap(
+                lambda item, b: (
+                    [(item[0], item[1].id)]
+                    if select.bucket(item[0], resolution) == b.bucket
+                    else []
+                ),
+                beam.pvalue.AsSingleton(boundary),
+            )
             | "Gather" >> beam.combiners.ToList()
         )
         cut = boundary | "Cut" >> beam.Map(select.cut_in_boundary, beam.pvalue.AsSingleton(keys))
         routed = scored.scored | "Route" >> beam.ParDo(
-            _Route(self._reason), beam.pvalue.AsSingleton(cut)).with_outputs(DROPPED, main="kept")
+            _Route(self._reason), beam.pvalue.AsSingleton(cut)
+        ).with_outputs(DROPPED, main="kept")
         summary = cut | "Summary" >> beam.Map(
-            lambda c, b: select.summary(b, c, fraction, resolution), beam.pvalue.AsSingleton(boundary))
+            lambda c, b: select.summary(b, c, fraction, resolution),
+            beam.pvalue.AsSingleton(boundary),
+        )
         dropped = (scored[DROPPED], routed[DROPPED]) | "Dropped" >> beam.Flatten()
         return Selected(routed.kept, dropped, summary)
 

@@ -63,7 +63,9 @@ class CombineStats(beam.CombineFn):
         return accumulator
 
 
-def write_stats(manifest: dict[str, Any], accumulator: stats.StatsAccumulator, output: str) -> dict[str, Any]:
+def write_stats(
+    manifest: dict[str, Any], accumulator: stats.StatsAccumulator, output: str
+) -> dict[str, Any]:
     """Write ``stats.json`` beside the manifest (via a temporary name)."""
     document = stats.finalize(accumulator, manifest)
     final = FileSystems.join(output, stats.STATS)
@@ -89,4 +91,5 @@ class WriteStats(beam.PTransform):
             | "CombineStats" >> beam.CombineGlobally(CombineStats())
         )
         return manifest | "WriteStatsJson" >> beam.Map(
-            write_stats, accumulator=beam.pvalue.AsSingleton(combined), output=self._output)
+            write_stats, accumulator=beam.pvalue.AsSingleton(combined), output=self._output
+        )

@@ -22,7 +22,7 @@ from corpora.catalog import CorpusSpec
 from corpora.progress import Progress
 from corpora.record import Document, Drop, stable_hash
 from corpora.settings import BuildSettings
-from corpora.tokenize import Tokenizer, TokenizedDocument, tokenize_document
+from corpora.tokenize import TokenizedDocument, Tokenizer, tokenize_document
 from pipelines import resume
 
 DROPPED = "dropped"
@@ -84,7 +84,9 @@ class FetchImages(beam.DoFn):
         self._fetcher = fetch.Fetcher(self._settings)
         self._progress = Progress(self._settings.progress_interval)
         if self._settings.retry_failures:
-            self._retry = read_failure_urls(self._settings.retry_failures, self._settings.retry_reasons)
+            self._retry = read_failure_urls(
+                self._settings.retry_failures, self._settings.retry_reasons
+            )
 
     def teardown(self) -> None:
         if self._fetcher is not None:
@@ -92,7 +94,11 @@ class FetchImages(beam.DoFn):
 
     def finish_bundle(self) -> None:
         # a closing line for the work since the last one, so a short bundle reports too
-        if self._progress is not None and self._progress.interval > 0 and self._progress.done > self._reported:
+        if (
+            self._progress is not None
+            and self._progress.interval > 0
+            and self._progress.done > self._reported
+        ):
             self._progress.report()
             self._reported = self._progress.done
 
@@ -111,15 +117,25 @@ class FetchImages(beam.DoFn):
             results[url] = outcome
             self._progress.update(outcome.ok)
             if not outcome.ok:
-                yield beam.pvalue.TaggedOutput(FAILURES, {
-                    "url": url, "reason": outcome.reason, "status": outcome.status, "attempts": outcome.attempts})
-        counts = collections.Counter(results[img.url].reason or "ok"
-                                     for doc in docs for img in doc.images if not img.fetched)
+                yield beam.pvalue.TaggedOutput(
+                    FAILURES,
+                    {
+                        "url": url,
+                        "reason": outcome.reason,
+                        "status": outcome.status,
+                        "attempts": outcome.attempts,
+                    },
+                )
+        counts = collections.Counter(
+            results[img.url].reason or "ok" for doc in docs for img in doc.images if not img.fetched
+        )
         for outcome, count in counts.items():
             Metrics.counter(NAMESPACE, f"images.{outcome}").inc(count)
             yield beam.pvalue.TaggedOutput(IMAGES, (outcome, count))
         for doc in docs:
-            yield _route(fetch.attach_images(doc, results, self._spec.drop_on_image_failure), "fetch")
+            yield _route(
+                fetch.attach_images(doc, results, self._spec.drop_on_image_failure), "fetch"
+            )
 
 
 class Tokenize(beam.DoFn):
@@ -136,8 +152,9 @@ def piece_refs(doc: TokenizedDocument, seq_len: int) -> tuple[str, list[pack.Pie
     return key, pack.plan_document(key, doc.length, doc.spans, seq_len)
 
 
-def pack_group_of(element: tuple[str, list[pack.PieceRef]], documents: int,
-                  pack_groups: int | None) -> tuple[int, tuple[str, list[pack.PieceRef]]]:
+def pack_group_of(
+    element: tuple[str, list[pack.PieceRef]], documents: int, pack_groups: int | None
+) -> tuple[int, tuple[str, list[pack.PieceRef]]]:
     """Route a document's plan to its packing group (by a stable hash of its id)."""
     groups = pack.pack_group_count(documents, pack_groups)
     return stable_hash(element[0]) % groups, element
@@ -193,7 +210,10 @@ class CutPieces(beam.DoFn):
         doc = joined["doc"][0]  # documents sharing a key are byte-identical
         for group, index, slot, ref in joined["place"]:
             global_index = self._offsets[group] + index
-            yield global_index // self._samples_per_shard, (global_index, slot, pack.cut_piece(doc, ref))
+            yield (
+                global_index // self._samples_per_shard,
+                (global_index, slot, pack.cut_piece(doc, ref)),
+            )
 
 
 class WriteShard(beam.DoFn):
@@ -206,7 +226,9 @@ class WriteShard(beam.DoFn):
     output, so the build's statistics need no second pass over the shards.
     """
 
-    def __init__(self, settings: BuildSettings, pad_id: int, stat_ids: stats.TokenIds | None = None):
+    def __init__(
+        self, settings: BuildSettings, pad_id: int, stat_ids: stats.TokenIds | None = None
+    ):
         self._settings = settings
         self._pad_id = pad_id
         self._stat_ids = stat_ids
@@ -218,8 +240,10 @@ class WriteShard(beam.DoFn):
         name = shards.shard_name(corpus, shard_index)
         ordered = sorted(items, key=lambda item: (item[0], item[1]))
         samples = [
-            (shards.sample_key(corpus, shard_index, global_index % settings.samples_per_shard),
-             pack.assemble([piece for _, _, piece in group], settings.seq_len, self._pad_id))
+            (
+                shards.sample_key(corpus, shard_index, global_index % settings.samples_per_shard),
+                pack.assemble([piece for _, _, piece in group], settings.seq_len, self._pad_id),
+            )
             for global_index, group in itertools.groupby(ordered, key=lambda item: item[0])
         ]
         info = resume.completed_shard(settings.output, name, samples)
@@ -237,8 +261,12 @@ class WriteShard(beam.DoFn):
         yield {"index": shard_index, "path": name, **info}
         if self._stat_ids is not None:
             for _, sequence in samples:
-                yield beam.pvalue.TaggedOutput(SEQUENCE_STATS, stats.sequence_values(
-                    sequence.input_ids, sequence.segment_ids, sequence.documents, self._stat_ids))
+                yield beam.pvalue.TaggedOutput(
+                    SEQUENCE_STATS,
+                    stats.sequence_values(
+                        sequence.input_ids, sequence.segment_ids, sequence.documents, self._stat_ids
+                    ),
+                )
 
 
 class ApplyStage(beam.DoFn):
@@ -264,7 +292,9 @@ class PackSequences(beam.PTransform):
     :class:`corpora.stats.SequenceValues` per sequence, when ``stat_ids`` is given).
     """
 
-    def __init__(self, settings: BuildSettings, pad_id: int, stat_ids: stats.TokenIds | None = None):
+    def __init__(
+        self, settings: BuildSettings, pad_id: int, stat_ids: stats.TokenIds | None = None
+    ):
         super().__init__()
         self._settings = settings
         self._pad_id = pad_id
@@ -277,17 +307,28 @@ class PackSequences(beam.PTransform):
         planned = (
             tokenized
             | "PlanPieces" >> beam.Map(piece_refs, settings.seq_len)
-            | "Group" >> beam.Map(pack_group_of, beam.pvalue.AsSingleton(documents), settings.pack_groups)
+            | "Group"
+            >> beam.Map(pack_group_of, beam.pvalue.AsSingleton(documents), settings.pack_groups)
             | "ByGroup" >> beam.GroupByKey()
-            | "Pack" >> beam.ParDo(PackGroup(settings)).with_outputs(COUNTS, KEPT, DROPPED, main="placements")
+            | "Pack"
+            >> beam.ParDo(PackGroup(settings)).with_outputs(
+                COUNTS, KEPT, DROPPED, main="placements"
+            )
         )
         written = (
             {"doc": keyed, "place": planned.placements}
             | "JoinBytes" >> beam.CoGroupByKey()
-            | "CutPieces" >> beam.ParDo(CutPieces(settings.samples_per_shard), beam.pvalue.AsDict(planned.counts))
+            | "CutPieces"
+            >> beam.ParDo(CutPieces(settings.samples_per_shard), beam.pvalue.AsDict(planned.counts))
             | "ByShard" >> beam.GroupByKey()
-            | "WriteShard" >> beam.ParDo(WriteShard(settings, self._pad_id, self._stat_ids)).with_outputs(
-                SEQUENCE_STATS, main="shards")
+            | "WriteShard"
+            >> beam.ParDo(WriteShard(settings, self._pad_id, self._stat_ids)).with_outputs(
+                SEQUENCE_STATS, main="shards"
+            )
         )
-        return {"shards": written.shards, "kept": planned[KEPT], "dropped": planned[DROPPED],
-                "sequence_stats": written[SEQUENCE_STATS]}
+        return {
+            "shards": written.shards,
+            "kept": planned[KEPT],
+            "dropped": planned[DROPPED],
+            "sequence_stats": written[SEQUENCE_STATS],
+        }

@@ -28,7 +28,9 @@ def wait_for_port(port: int, process: subprocess.Popen | None = None, timeout: f
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
-            raise RuntimeError(f"service exited with {process.returncode} before listening on {port}")
+            raise RuntimeError(
+                f"service exited with {process.returncode} before listening on {port}"
+            )
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", port)) == 0:
                 return
@@ -46,8 +48,9 @@ def python_env() -> dict[str, str]:
 @contextlib.contextmanager
 def _process(args: list[str], port: int, log_path: str) -> Iterator[subprocess.Popen]:
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(args, env=python_env(), stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            args, env=python_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         wait_for_port(port, process)
         yield process
@@ -65,7 +68,12 @@ def _process(args: list[str], port: int, log_path: str) -> Iterator[subprocess.P
 def job_service(log_dir: str) -> Iterator[str]:
     """Beam's local job service; yields its endpoint ``127.0.0.1:PORT``."""
     port = free_port()
-    args = [sys.executable, "-m", "apache_beam.runners.portability.local_job_service_main", f"--port={port}"]
+    args = [
+        sys.executable,
+        "-m",
+        "apache_beam.runners.portability.local_job_service_main",
+        f"--port={port}",
+    ]
     with _process(args, port, os.path.join(log_dir, "job-service.log")):
         yield f"127.0.0.1:{port}"
 
@@ -75,7 +83,12 @@ def worker_pool(log_dir: str) -> Iterator[str]:
     """Beam's external SDK worker pool (``--environment_type=EXTERNAL``);
     yields its address ``127.0.0.1:PORT``."""
     port = free_port()
-    args = [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"]
+    args = [
+        sys.executable,
+        "-m",
+        "apache_beam.runners.worker.worker_pool_main",
+        f"--service_port={port}",
+    ]
     with _process(args, port, os.path.join(log_dir, "worker-pool.log")):
         yield f"127.0.0.1:{port}"
 
@@ -98,8 +111,13 @@ def s3_server(bucket: str) -> Iterator[dict[str, str]]:
             "s3_secret_access_key": "testing",
             "s3_region_name": "us-east-1",
         }
-        client = boto3.client("s3", endpoint_url=options["s3_endpoint_url"], aws_access_key_id="testing",
-                              aws_secret_access_key="testing", region_name="us-east-1")
+        client = boto3.client(
+            "s3",
+            endpoint_url=options["s3_endpoint_url"],
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
         client.create_bucket(Bucket=bucket)
         yield options
     finally:

@@ -24,37 +24,60 @@ import websocket  # websocket-client, from the dev extra
 
 
 def chromium_executable() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    return (
+        shutil.which("chromium")
+        or shutil.which("chromium-browser")
+        or shutil.which("google-chrome")
+    )
 
 
 class Browser:
     def __init__(self, timeout: float = 60.0) -> None:
         executable = chromium_executable()
         if executable is None:
-            raise RuntimeError("chromium is not installed (./.ci/run installs Debian's chromium package)")
+            raise RuntimeError(
+                "chromium is not installed (./.ci/run installs Debian's chromium package)"
+            )
         self._timeout = timeout
         self._profile = tempfile.mkdtemp(prefix="corpora-chromium-")
         self._process = subprocess.Popen(
-            [executable, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-             f"--user-data-dir={self._profile}", "--remote-debugging-port=0", "--remote-allow-origins=*",
-             "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--disable-extensions", "--no-first-run", "--no-default-browser-check", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                executable,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                f"--user-data-dir={self._profile}",
+                "--remote-debugging-port=0",
+                "--remote-allow-origins=*",
+                "--proxy-server=127.0.0.1:9",
+                "--proxy-bypass-list=<-loopback>",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-extensions",
+                "--no-first-run",
+                "--no-default-browser-check",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         port = self._wait_for_port()
         deadline = time.monotonic() + timeout
         while True:
             with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
-                    f"http://127.0.0.1:{port}/json/list", timeout=10) as response:
+                f"http://127.0.0.1:{port}/json/list", timeout=10
+            ) as response:
                 pages = [t for t in json.load(response) if t.get("type") == "page"]
             if pages or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
         if not pages:
             raise RuntimeError("chromium opened no page")
-        self._ws = websocket.create_connection(pages[0]["webSocketDebuggerUrl"], timeout=timeout,
-                                               suppress_origin=True)
+        self._ws = websocket.create_connection(
+            pages[0]["webSocketDebuggerUrl"], timeout=timeout, suppress_origin=True
+        )
         self._ids = itertools.count(1)
         self.events: list[dict[str, Any]] = []
 
@@ -97,10 +120,20 @@ class Browser:
         self.events.clear()
         for domain in ("Runtime", "Log", "Page", "Network"):
             self.call(f"{domain}.enable")
-        self.call("Network.emulateNetworkConditions", offline=True, latency=0,
-                  downloadThroughput=-1, uploadThroughput=-1)
-        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
-                  mobile=False)
+        self.call(
+            "Network.emulateNetworkConditions",
+            offline=True,
+            latency=0,
+            downloadThroughput=-1,
+            uploadThroughput=-1,
+        )
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
         self.call("Page.navigate", url=url)
         self.wait_for("Page.loadEventFired")
         self.evaluate("1")  # drain events that arrived with the load
@@ -120,10 +153,16 @@ class Browser:
             if method == "Runtime.exceptionThrown":
                 found.append(f"exception: {params['exceptionDetails'].get('text')}")
             elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-                found.append("console: " + " ".join(str(a.get("value", a.get("description")))
-                                                    for a in params.get("args", [])))
+                found.append(
+                    "console: "
+                    + " ".join(
+                        str(a.get("value", a.get("description"))) for a in params.get("args", [])
+                    )
+                )
             elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
-                found.append(f"log: {params['entry'].get('text')} {params['entry'].get('url', '')}".strip())
+                found.append(
+                    f"log: {params['entry'].get('text')} {params['entry'].get('url', '')}".strip()
+                )
             elif method == "Network.requestWillBeSent":
                 url = params["request"]["url"]
                 if not url.startswith(("file:", "data:")):
@@ -134,8 +173,12 @@ class Browser:
         """A PNG of the whole page."""
         metrics = self.call("Page.getLayoutMetrics")
         size = metrics.get("cssContentSize") or metrics["contentSize"]
-        shot = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
-                         clip={"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1})
+        shot = self.call(
+            "Page.captureScreenshot",
+            format="png",
+            captureBeyondViewport=True,
+            clip={"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1},
+        )
         with open(path, "wb") as handle:
             handle.write(base64.b64decode(shot["data"]))
 

@@ -25,16 +25,22 @@ TINY_CONFIG = {
 }
 SAMPLE_IMAGES = sorted(glob.glob(os.path.join(PACKAGE_DATA, "sample", "images", "*.jpg")))
 CAPTIONS = [
-    "an astronaut in a white suit", "a brick wall", "an old camera", "a cat on a windowsill",
-    "a cup of coffee", "green grass", "galaxies in the deep field", "a rocket lifting off",
+    "an astronaut in a white suit",
+    "a brick wall",
+    "an old camera",
+    "a cat on a windowsill",
+    "a cup of coffee",
+    "green grass",
+    "galaxies in the deep field",
+    "a rocket lifting off",
 ]
 
 
 @dataclasses.dataclass(frozen=True)
 class TinyClip:
-    config_path: str   # an open_clip config file; its stem is the architecture name
-    checkpoint: str    # random weights of that architecture
-    mismatched: str    # weights of another width: does not fit
+    config_path: str  # an open_clip config file; its stem is the architecture name
+    checkpoint: str  # random weights of that architecture
+    mismatched: str  # weights of another width: does not fit
     name: str = TINY_NAME
 
 
@@ -75,9 +81,18 @@ def jpeg(path: str, size: int = 48) -> bytes:
 
 def pair(record_id: str, data: bytes | None, text: str) -> Document:
     return Document(
-        id=record_id, corpus="mmc4-pairs",
-        chunks=(ImageChunk(url=f"http://images.test/{record_id}.jpg", data=data, width=48, height=48,
-                           sha256="0" * 64), TextChunk(text)),
+        id=record_id,
+        corpus="mmc4-pairs",
+        chunks=(
+            ImageChunk(
+                url=f"http://images.test/{record_id}.jpg",
+                data=data,
+                width=48,
+                height=48,
+                sha256="0" * 64,
+            ),
+            TextChunk(text),
+        ),
         source_url=f"http://pages.test/{record_id}",
     )
 
@@ -103,5 +118,7 @@ def direct_scores(tiny: TinyClip, images: list[bytes], texts: list[str]) -> np.n
             image = preprocess(Image.open(io.BytesIO(data)).convert("RGB")).unsqueeze(0)
             image_features = model.encode_image(image)
             text_features = model.encode_text(tokenizer([text]))
-            scores.append(torch.nn.functional.cosine_similarity(image_features, text_features).item())
+            scores.append(
+                torch.nn.functional.cosine_similarity(image_features, text_features).item()
+            )
     return np.asarray(scores)

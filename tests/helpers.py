@@ -18,13 +18,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UPSTREAM = os.path.join(REPO, "tests", "data", "upstream")
 
 
-def run_cli(*args: str, cwd: str | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: str | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
     """Run ``corpora ARGS`` as a user would, in a fresh process."""
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run(
         [sys.executable, "-m", "cli.main", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 

@@ -56,11 +56,20 @@ def png_header_bomb(width: int = 20000, height: int = 20000) -> bytes:
     """A small, valid-looking PNG whose header declares ``width`` x ``height``."""
 
     def chunk(kind: bytes, payload: bytes) -> bytes:
-        return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
+        return (
+            struct.pack(">I", len(payload))
+            + kind
+            + payload
+            + struct.pack(">I", zlib.crc32(kind + payload))
+        )
 
     rows = zlib.compress(b"\0" + b"\0" * (3 * width), 9) * 1
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", rows) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", rows)
+        + chunk(b"IEND", b"")
+    )
 
 
 class ImageServer:
@@ -123,8 +132,11 @@ class ImageServer:
                 if parts[0] in ("img", "png") and len(parts) == 3:
                     width, height = (int(v) for v in parts[1].split("x"))
                     fmt = "JPEG" if parts[0] == "img" else "PNG"
-                    self.send_body(200, image_bytes(width, height, parts[2], fmt),
-                                   "image/jpeg" if fmt == "JPEG" else "image/png")
+                    self.send_body(
+                        200,
+                        image_bytes(width, height, parts[2], fmt),
+                        "image/jpeg" if fmt == "JPEG" else "image/png",
+                    )
                 elif parts[0] == "status":
                     self.send_body(int(parts[1]), b"", "text/plain")
                 elif parts[0] == "text":
@@ -162,7 +174,9 @@ class ImageServer:
                     self.end_headers()
                     self.wfile.write(body[: len(body) // 2])
                     self.wfile.flush()
-                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.connection.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                    )
                     self.connection.close()
                     self.close_connection = True
                 elif kind == "truncated":
@@ -197,7 +211,9 @@ class ImageServer:
                     return False
                 return True
 
-            def send_body(self, status: int, body: bytes, content_type: str, headers: dict | None = None) -> None:
+            def send_body(
+                self, status: int, body: bytes, content_type: str, headers: dict | None = None
+            ) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
@@ -209,7 +225,9 @@ class ImageServer:
         self.host = host
         self.httpd = http.server.ThreadingHTTPServer((host, 0), Handler)
         self.httpd.daemon_threads = True
-        self.httpd.handle_error = lambda request, client_address: None  # resets are part of the tests
+        self.httpd.handle_error = lambda request, client_address: (
+            None
+        )  # resets are part of the tests
         if tls is not None:  # (certfile, keyfile): serve https
             import ssl
 
@@ -253,15 +271,29 @@ def self_signed_cert(directory: str, host: str = "127.0.0.1") -> tuple[str, str]
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]), critical=False)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
     cert_path, key_path = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
     with open(cert_path, "wb") as handle:
         handle.write(cert.public_bytes(serialization.Encoding.PEM))
     with open(key_path, "wb") as handle:
-        handle.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))
+        handle.write(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
     return cert_path, key_path

@@ -23,8 +23,14 @@ def test_every_corpus_and_flag_is_documented():
 
 
 def test_every_drop_reason_in_the_new_modules_is_documented():
-    sources = ["corpora/sources/coyo.py", "corpora/sources/c4.py", "corpora/sources/wit.py",
-               "corpora/filters.py", "corpora/layouts.py", "corpora/sources/mmc4.py"]
+    sources = [
+        "corpora/sources/coyo.py",
+        "corpora/sources/c4.py",
+        "corpora/sources/wit.py",
+        "corpora/filters.py",
+        "corpora/layouts.py",
+        "corpora/sources/mmc4.py",
+    ]
     reasons = set()
     for path in sources:
         text = open(os.path.join(REPO, path), encoding="utf-8").read()

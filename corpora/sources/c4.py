@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import BinaryIO, Iterator
 
-from corpora.io import basename, json_object, iter_lines
+from corpora.io import basename, iter_lines, json_object
 from corpora.record import Document, Drop, TextChunk, stable_id
 
 FILE_PATTERN = "c4-*.json.gz"
@@ -49,8 +49,11 @@ def parse_line(raw: bytes, path: str, line: int, corpus: str = "c4") -> Document
         corpus=corpus,
         chunks=(TextChunk(body),),
         source_url=url,
-        meta={"timestamp": timestamp if isinstance(timestamp, str) else None,
-              "source_file": basename(path), "line": line},
+        meta={
+            "timestamp": timestamp if isinstance(timestamp, str) else None,
+            "source_file": basename(path),
+            "line": line,
+        },
     )
 
 

@@ -42,8 +42,14 @@ SCHEMA = {
 }
 COLUMNS = tuple(SCHEMA)
 REQUIRED = ("id", "url", "text")
-SCORES = ("clip_similarity_vitb32", "clip_similarity_vitl14", "nsfw_score_opennsfw2", "nsfw_score_gantman",
-          "watermark_score", "aesthetic_score_laion_v2")
+SCORES = (
+    "clip_similarity_vitb32",
+    "clip_similarity_vitl14",
+    "nsfw_score_opennsfw2",
+    "nsfw_score_gantman",
+    "watermark_score",
+    "aesthetic_score_laion_v2",
+)
 BATCH_ROWS = 8192
 
 
@@ -68,7 +74,9 @@ def check(stream: BinaryIO, path: str, required: Iterable[str] = REQUIRED) -> No
     names = set(_open(stream, path).schema_arrow.names)
     for column in required:
         if column not in names:
-            raise InputError(f"{path}: missing column {column!r} (COYO-700M parquet has: {', '.join(COLUMNS)})")
+            raise InputError(
+                f"{path}: missing column {column!r} (COYO-700M parquet has: {', '.join(COLUMNS)})"
+            )
 
 
 def record_id(coyo_id: int) -> str:
@@ -116,17 +124,26 @@ def parse_row(row: dict[str, Any], where: str, corpus: str = "coyo") -> Document
     for column in COLUMNS[3:]:
         if column in row:
             value = row[column]
-            meta[column] = value.decode("utf-8", "replace") if isinstance(value, bytes) else _number(value)
+            meta[column] = (
+                value.decode("utf-8", "replace") if isinstance(value, bytes) else _number(value)
+            )
     scores = {c: float(meta[c]) for c in SCORES if meta.get(c) is not None}
     return Document(
-        id=rid, corpus=corpus,
+        id=rid,
+        corpus=corpus,
         chunks=(ImageChunk(url=url, scores=scores), TextChunk(text)),
-        source_url=url, meta=meta,
+        source_url=url,
+        meta=meta,
     )
 
 
-def read(stream: BinaryIO, path: str, corpus: str = "coyo", required: Iterable[str] = REQUIRED,
-         batch_rows: int = BATCH_ROWS) -> Iterator[Document | Drop]:
+def read(
+    stream: BinaryIO,
+    path: str,
+    corpus: str = "coyo",
+    required: Iterable[str] = REQUIRED,
+    batch_rows: int = BATCH_ROWS,
+) -> Iterator[Document | Drop]:
     """The records of one COYO parquet file, one row-group batch at a time."""
     import pyarrow as pa
 
@@ -134,7 +151,9 @@ def read(stream: BinaryIO, path: str, corpus: str = "coyo", required: Iterable[s
     names = parquet.schema_arrow.names
     for column in required:
         if column not in names:
-            raise InputError(f"{path}: missing column {column!r} (COYO-700M parquet has: {', '.join(COLUMNS)})")
+            raise InputError(
+                f"{path}: missing column {column!r} (COYO-700M parquet has: {', '.join(COLUMNS)})"
+            )
     columns = [c for c in COLUMNS if c in names]
     name = basename(path)
     row_number = 0
@@ -144,10 +163,14 @@ def read(stream: BinaryIO, path: str, corpus: str = "coyo", required: Iterable[s
             for column in columns:
                 array = batch.column(column)
                 if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-                    array = array.view(pa.binary() if pa.types.is_string(array.type) else pa.large_binary())
+                    array = array.view(
+                        pa.binary() if pa.types.is_string(array.type) else pa.large_binary()
+                    )
                 arrays[column] = array.to_pylist()
             for index in range(batch.num_rows):
                 row_number += 1
-                yield parse_row({c: arrays[c][index] for c in columns}, f"{name}:{row_number}", corpus)
+                yield parse_row(
+                    {c: arrays[c][index] for c in columns}, f"{name}:{row_number}", corpus
+                )
     except (OSError, pa.ArrowException) as exc:
         raise InputError(f"{path}: {str(exc).splitlines()[0]}") from exc

@@ -140,14 +140,24 @@ def reassign(doc: Mmc4Document) -> Mmc4Document | Drop:
 
     matrix = doc.similarity_matrix
     sentences = len(doc.text_list)
-    if matrix is None or len(matrix) != len(doc.images) or any(len(row) != sentences for row in matrix):
-        return Drop("bad_similarity_matrix", doc.id, url=doc.url,
-                    detail=f"need {len(doc.images)} x {sentences} similarities to reassign")
+    if (
+        matrix is None
+        or len(matrix) != len(doc.images)
+        or any(len(row) != sentences for row in matrix)
+    ):
+        return Drop(
+            "bad_similarity_matrix",
+            doc.id,
+            url=doc.url,
+            detail=f"need {len(doc.images)} x {sentences} similarities to reassign",
+        )
     if not doc.images:
         return doc
     if sentences == 0:
         return Drop("empty_text_list", doc.id, url=doc.url)
     indices, sims = assign_images(matrix)
-    images = tuple(dataclasses.replace(image, matched_text_index=index, matched_sim=sim)
-                   for image, index, sim in zip(doc.images, indices, sims))
+    images = tuple(
+        dataclasses.replace(image, matched_text_index=index, matched_sim=sim)
+        for image, index, sim in zip(doc.images, indices, sims)
+    )
     return dataclasses.replace(doc, images=images)

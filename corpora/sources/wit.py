@@ -24,10 +24,23 @@ from corpora.record import Document, Drop, ImageChunk, TextChunk, stable_id
 FILE_PATTERN = "wit_v1.*.tsv.gz"
 
 COLUMNS = (
-    "language", "page_url", "image_url", "page_title", "section_title", "hierarchical_section_title",
-    "caption_reference_description", "caption_attribution_description", "caption_alt_text_description",
-    "mime_type", "original_height", "original_width", "is_main_image", "attribution_passes_lang_id",
-    "page_changed_recently", "context_page_description", "context_section_description",
+    "language",
+    "page_url",
+    "image_url",
+    "page_title",
+    "section_title",
+    "hierarchical_section_title",
+    "caption_reference_description",
+    "caption_attribution_description",
+    "caption_alt_text_description",
+    "mime_type",
+    "original_height",
+    "original_width",
+    "is_main_image",
+    "attribution_passes_lang_id",
+    "page_changed_recently",
+    "context_page_description",
+    "context_section_description",
 )
 BOOLEAN_COLUMNS = ("is_main_image", "attribution_passes_lang_id", "page_changed_recently")
 INTEGER_COLUMNS = ("original_height", "original_width")
@@ -37,7 +50,11 @@ CAPTIONS = {
     "attribution": ("caption_attribution_description",),
     "alt": ("caption_alt_text_description",),
     # the first non-empty of the three, in this order
-    "best": ("caption_reference_description", "caption_alt_text_description", "caption_attribution_description"),
+    "best": (
+        "caption_reference_description",
+        "caption_alt_text_description",
+        "caption_attribution_description",
+    ),
 }
 _FIELD_SIZE_LIMIT = 2**31 - 1
 
@@ -101,13 +118,20 @@ def _has_surrogates(text: str) -> bool:
     return False
 
 
-def parse_row(values: Sequence[str], where: str, caption: str = "reference", with_context: bool = False,
-              corpus: str = "wit") -> Document | Drop:
+def parse_row(
+    values: Sequence[str],
+    where: str,
+    caption: str = "reference",
+    with_context: bool = False,
+    corpus: str = "wit",
+) -> Document | Drop:
     """One WIT row (the 17 fields, in header order) as an ``[image, caption]``
     record, or why it cannot be used. Fields hold lone surrogates where the
     file had bytes that are not UTF-8 (see :func:`read`)."""
     if len(values) != len(COLUMNS):
-        return Drop("wrong_column_count", where, detail=f"{len(values)} fields, expected {len(COLUMNS)}")
+        return Drop(
+            "wrong_column_count", where, detail=f"{len(values)} fields, expected {len(COLUMNS)}"
+        )
     if any(_has_surrogates(v) for v in values):
         return Drop("not_utf8", where, detail="row holds bytes that are not UTF-8")
     row = dict(zip(COLUMNS, values))
@@ -130,14 +154,18 @@ def parse_row(values: Sequence[str], where: str, caption: str = "reference", wit
     column, text = chosen
     texts = []
     if with_context:
-        texts = [row[c].strip() for c in ("page_title", "context_section_description") if row[c].strip()]
+        texts = [
+            row[c].strip() for c in ("page_title", "context_section_description") if row[c].strip()
+        ]
     texts.append(text)
     page_url = row["page_url"].strip()
     return Document(
         id=record_id(image_url, page_url),
         corpus=corpus,
-        chunks=(ImageChunk(url=image_url, meta={"mime_type": row["mime_type"] or None}),
-                *(TextChunk(t) for t in texts)),
+        chunks=(
+            ImageChunk(url=image_url, meta={"mime_type": row["mime_type"] or None}),
+            *(TextChunk(t) for t in texts),
+        ),
         source_url=page_url or None,
         meta={
             "language": row["language"],
@@ -162,14 +190,18 @@ def column_order(header: list[str] | None, path: str) -> list[int] | None:
     if missing:
         raise InputError(f"{path}: not a WIT file: missing column {missing[0]!r}")
     if len(header) != len(COLUMNS):
-        raise InputError(f"{path}: not a WIT file: {len(header)} columns in the header, expected 17")
+        raise InputError(
+            f"{path}: not a WIT file: {len(header)} columns in the header, expected 17"
+        )
     return [header.index(c) for c in COLUMNS]
 
 
 def check(stream: BinaryIO, path: str) -> None:
     """Raise :class:`InputError` naming the file unless it starts with WIT's header."""
     _prepare_csv()
-    text = io.TextIOWrapper(decompressed(stream, path), encoding="utf-8", errors="replace", newline="")
+    text = io.TextIOWrapper(
+        decompressed(stream, path), encoding="utf-8", errors="replace", newline=""
+    )
     try:
         column_order(next(csv.reader(text, delimiter="\t"), None), path)
     except (OSError, EOFError, csv.Error) as exc:
@@ -181,16 +213,22 @@ def _prepare_csv() -> None:
         csv.field_size_limit(_FIELD_SIZE_LIMIT)
 
 
-def read(stream: BinaryIO, path: str, caption: str = "reference", with_context: bool = False,
-         corpus: str = "wit") -> Iterator[Document | Drop]:
+def read(
+    stream: BinaryIO,
+    path: str,
+    caption: str = "reference",
+    with_context: bool = False,
+    corpus: str = "wit",
+) -> Iterator[Document | Drop]:
     """The records of one WIT file.
 
     Bytes that are not UTF-8 are kept as lone surrogates while the row is
     split, so that only the row holding them is dropped (``not_utf8``).
     """
     _prepare_csv()
-    text = io.TextIOWrapper(decompressed(stream, path), encoding="utf-8", errors="surrogateescape",
-                            newline="")
+    text = io.TextIOWrapper(
+        decompressed(stream, path), encoding="utf-8", errors="surrogateescape", newline=""
+    )
     reader = csv.reader(text, delimiter="\t")
     name = basename(path)
     try:

@@ -17,8 +17,19 @@ from tests.helpers import load_manifest, read_tar, run_cli
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 TOKENS_PER_IMAGE = 8
-COMMON = ("--seq-len", "512", "--tokens-per-image", str(TOKENS_PER_IMAGE), "--image-size", "32",
-          "--samples-per-shard", "4", "--workers", "1", "--allow-private-urls")
+COMMON = (
+    "--seq-len",
+    "512",
+    "--tokens-per-image",
+    str(TOKENS_PER_IMAGE),
+    "--image-size",
+    "32",
+    "--samples-per-shard",
+    "4",
+    "--workers",
+    "1",
+    "--allow-private-urls",
+)
 
 
 def build(corpus: str, inputs: list[str], output: str, tokenizer: str, *flags: str) -> dict:
@@ -65,7 +76,9 @@ def document_tokens(found: list[dict], **match) -> tuple[np.ndarray, dict]:
     for sample in found:
         for entry in sample["json"]["documents"]:
             if all(entry.get(k) == v for k, v in match.items()):
-                hits.append((sample["input_ids.npy"][sample["segment_ids.npy"] == entry["segment"]], entry))
+                hits.append(
+                    (sample["input_ids.npy"][sample["segment_ids.npy"] == entry["segment"]], entry)
+                )
     hits.sort(key=lambda hit: hit[1]["piece"])
     assert hits and len({hit[1]["id"] for hit in hits}) == 1, f"{len(hits)} documents match {match}"
     assert [hit[1]["piece"] for hit in hits] == list(range(hits[0][1]["pieces"]))
@@ -77,32 +90,50 @@ def expected_ids(manifest: dict, tokenizer: str, parts: list[str | int]) -> list
     processor = spm.SentencePieceProcessor(model_file=tokenizer)
     ids = [manifest["bos_id"]]
     for part in parts:
-        ids += [manifest["image_token_id"]] * TOKENS_PER_IMAGE if isinstance(part, int) else processor.encode(part)
+        ids += (
+            [manifest["image_token_id"]] * TOKENS_PER_IMAGE
+            if isinstance(part, int)
+            else processor.encode(part)
+        )
     return ids + [manifest["eos_id"]]
 
 
 @pytest.fixture
 def mmc4_input(tmp_path, image_server):
-    return fixtures.write_mmc4_jsonl(str(tmp_path / "docs_shard_0_v2.jsonl"), fixtures.mmc4_lines(image_server))
+    return fixtures.write_mmc4_jsonl(
+        str(tmp_path / "docs_shard_0_v2.jsonl"), fixtures.mmc4_lines(image_server)
+    )
 
 
-def test_mmc4_interleaved_places_images_before_their_sentences(mmc4_input, tmp_path, tokenizer_path):
+def test_mmc4_interleaved_places_images_before_their_sentences(
+    mmc4_input, tmp_path, tokenizer_path
+):
     output = str(tmp_path / "out")
     manifest = build("mmc4", [mmc4_input], output, tokenizer_path)
     found = check_shards(manifest, output)
     assert manifest["funnel"] == fixtures.MMC4_FUNNEL
     assert manifest["settings"]["corpus_options"] == {
-        "reassign": False, "min_sim": None, "max_images": 6, "preset": None, "keep_imageless": False}
+        "reassign": False,
+        "min_sim": None,
+        "max_images": 6,
+        "preset": None,
+        "keep_imageless": False,
+    }
     # The README document: image 0 is matched to sentence 2, image 1 to sentence 1.
     real = fixtures.mmc4_example()
     ids, entry = document_tokens(found, url=real["url"])
     text = real["text_list"]
     assert ids.tolist() == expected_ids(manifest, tokenizer_path, [text[0], 1, text[1], 0, text[2]])
-    assert [image["url"].rsplit("/", 1)[-1] for image in entry["images"]] == ["mmc4-real-1.jpg", "mmc4-real-0.jpg"]
+    assert [image["url"].rsplit("/", 1)[-1] for image in entry["images"]] == [
+        "mmc4-real-1.jpg",
+        "mmc4-real-0.jpg",
+    ]
     # The image that 404s left its document; the others stayed in place.
     ids, entry = document_tokens(found, url="https://example.org/three")
     s = fixtures.SENTENCES
-    assert ids.tolist() == expected_ids(manifest, tokenizer_path, [0, s[0], s[1], s[2], 0, s[3], s[4]])
+    assert ids.tolist() == expected_ids(
+        manifest, tokenizer_path, [0, s[0], s[1], s[2], 0, s[3], s[4]]
+    )
     assert [f["reason"] for f in entry["meta"]["image_failures"]] == ["http_404"]
 
 
@@ -115,7 +146,10 @@ def test_mmc4_reordered_puts_all_images_first(mmc4_input, tmp_path, tokenizer_pa
     real = fixtures.mmc4_example()
     ids, entry = document_tokens(found, url=real["url"])
     assert ids.tolist() == expected_ids(manifest, tokenizer_path, [0, 1, *real["text_list"]])
-    assert [image["url"].rsplit("/", 1)[-1] for image in entry["images"]] == ["mmc4-real-0.jpg", "mmc4-real-1.jpg"]
+    assert [image["url"].rsplit("/", 1)[-1] for image in entry["images"]] == [
+        "mmc4-real-0.jpg",
+        "mmc4-real-1.jpg",
+    ]
     # In every document, all image slots precede all text.
     for sample in found:
         for doc in sample["json"]["documents"]:
@@ -127,27 +161,55 @@ def test_mmc4_reordered_puts_all_images_first(mmc4_input, tmp_path, tokenizer_pa
     assert len(entry["images"]) == 1 and entry["meta"]["images_removed"] == {"below_min_sim": 1}
 
 
-def test_coyo_filters_before_download_and_builds_image_alt_text_pairs(tmp_path, image_server, tokenizer_path):
-    path = fixtures.write_coyo_parquet(str(tmp_path / "part-00000-17a6ab47-c000.snappy.parquet"),
-                                       fixtures.coyo_rows(image_server))
+def test_coyo_filters_before_download_and_builds_image_alt_text_pairs(
+    tmp_path, image_server, tokenizer_path
+):
+    path = fixtures.write_coyo_parquet(
+        str(tmp_path / "part-00000-17a6ab47-c000.snappy.parquet"), fixtures.coyo_rows(image_server)
+    )
     output = str(tmp_path / "out")
     before = len(image_server.requests)
-    manifest = build("coyo", [path], output, tokenizer_path,
-                     "--max-nsfw", "0.5", "--min-size", "32", "--max-aspect-ratio", "4")
+    manifest = build(
+        "coyo",
+        [path],
+        output,
+        tokenizer_path,
+        "--max-nsfw",
+        "0.5",
+        "--min-size",
+        "32",
+        "--max-aspect-ratio",
+        "4",
+    )
     found = check_shards(manifest, output)
     assert manifest["funnel"] == fixtures.COYO_FUNNEL
     assert manifest["settings"]["corpus_options"] == {
-        "min_clip_sim": 0.6, "max_nsfw": 0.5, "min_size": 32, "max_aspect_ratio": 4.0, "top_fraction": None}
+        "min_clip_sim": 0.6,
+        "max_nsfw": 0.5,
+        "min_size": 32,
+        "max_aspect_ratio": 4.0,
+        "top_fraction": None,
+    }
     # Only the 6 rows that passed every metadata filter were downloaded.
     fetched = sorted(p.rsplit("/", 1)[-1] for p in image_server.requests[before:])
-    assert fetched == ["404", "cat.jpg", "coyo-1125282207474.jpg", "coyo-1434519186493.jpg",
-                       "coyo-5626407855002.jpg", "cup.jpg"]
+    assert fetched == [
+        "404",
+        "cat.jpg",
+        "coyo-1125282207474.jpg",
+        "coyo-1434519186493.jpg",
+        "coyo-5626407855002.jpg",
+        "cup.jpg",
+    ]
     # A real row: [image, alt-text], with its COYO scores.
     real = fixtures.coyo_preview_rows()[5]
     ids, entry = document_tokens(found, id=f"coyo-{real['id']}")
     assert ids.tolist() == expected_ids(manifest, tokenizer_path, [0, real["text"]])
-    assert entry["images"][0]["scores"]["clip_similarity_vitl14"] == pytest.approx(real["clip_similarity_vitl14"])
-    assert entry["meta"]["aesthetic_score_laion_v2"] == pytest.approx(real["aesthetic_score_laion_v2"])
+    assert entry["images"][0]["scores"]["clip_similarity_vitl14"] == pytest.approx(
+        real["clip_similarity_vitl14"]
+    )
+    assert entry["meta"]["aesthetic_score_laion_v2"] == pytest.approx(
+        real["aesthetic_score_laion_v2"]
+    )
 
 
 def test_c4_builds_text_only_documents(tmp_path, tokenizer_path):
@@ -166,28 +228,49 @@ def test_c4_builds_text_only_documents(tmp_path, tokenizer_path):
 
 
 def test_wit_chooses_captions_and_languages(tmp_path, image_server, tokenizer_path):
-    path = fixtures.write_wit_tsv_gz(str(tmp_path / "wit_v1.train.all-00000-of-00010.tsv.gz"),
-                                     fixtures.wit_rows(image_server))
+    path = fixtures.write_wit_tsv_gz(
+        str(tmp_path / "wit_v1.train.all-00000-of-00010.tsv.gz"), fixtures.wit_rows(image_server)
+    )
     output = str(tmp_path / "out")
     manifest = build("wit", [path], output, tokenizer_path, "--caption", "best", "--with-context")
     found = check_shards(manifest, output)
     assert manifest["funnel"] == fixtures.WIT_FUNNEL_BEST
-    assert manifest["settings"]["corpus_options"] == {"caption": "best", "languages": None, "with_context": True}
+    assert manifest["settings"]["corpus_options"] == {
+        "caption": "best",
+        "languages": None,
+        "with_context": True,
+    }
     # The real German row has only an attribution caption: best falls back to it.
     real = fixtures.wit_real_rows()[1]
     ids, entry = document_tokens(found, url=real["page_url"])
-    expected = [0, real["page_title"], real["context_section_description"].strip(),
-                real["caption_attribution_description"]]
+    expected = [
+        0,
+        real["page_title"],
+        real["context_section_description"].strip(),
+        real["caption_attribution_description"],
+    ]
     assert ids.tolist() == expected_ids(manifest, tokenizer_path, expected)
     assert entry["meta"]["caption_column"] == "caption_attribution_description"
-    assert entry["meta"]["is_main_image"] is True and entry["meta"]["attribution_passes_lang_id"] is False
+    assert (
+        entry["meta"]["is_main_image"] is True
+        and entry["meta"]["attribution_passes_lang_id"] is False
+    )
 
     output = str(tmp_path / "out-en")
-    manifest = build("wit", [path], output, tokenizer_path, "--caption", "best", "--languages", "en,de")
+    manifest = build(
+        "wit", [path], output, tokenizer_path, "--caption", "best", "--languages", "en,de"
+    )
     found = check_shards(manifest, output)
     assert manifest["funnel"]["kept"] == 3  # the German row and two English rows
-    assert manifest["funnel"]["dropped"] == {**fixtures.WIT_FUNNEL_BEST["dropped"], "language_not_selected": 3}
-    assert sorted(d["meta"]["language"] for s in found for d in s["json"]["documents"]) == ["de", "en", "en"]
+    assert manifest["funnel"]["dropped"] == {
+        **fixtures.WIT_FUNNEL_BEST["dropped"],
+        "language_not_selected": 3,
+    }
+    assert sorted(d["meta"]["language"] for s in found for d in s["json"]["documents"]) == [
+        "de",
+        "en",
+        "en",
+    ]
     assert manifest["settings"]["corpus_options"]["languages"] == ["de", "en"]
 
 
@@ -200,16 +283,32 @@ def test_list_shows_all_six_corpora():
 
 
 def test_coyo_parquet_missing_a_column_exits_2_naming_file_and_column(tmp_path):
-    path = fixtures.write_coyo_parquet(str(tmp_path / "part-00001-x-c000.snappy.parquet"),
-                                       fixtures.coyo_rows(), drop_columns=("clip_similarity_vitl14",))
+    path = fixtures.write_coyo_parquet(
+        str(tmp_path / "part-00001-x-c000.snappy.parquet"),
+        fixtures.coyo_rows(),
+        drop_columns=("clip_similarity_vitl14",),
+    )
     result = run_cli("build", "coyo", "--input", path, "--output", str(tmp_path / "out"))
     assert result.returncode == 2
     assert result.stderr.strip() == (
         f"corpora: {path}: missing column 'clip_similarity_vitl14' (COYO-700M parquet has: "
-        + ", ".join(fixtures_columns()) + ")")
+        + ", ".join(fixtures_columns())
+        + ")"
+    )
     # Without the CLIP filter the column is not needed.
-    result = run_cli("build", "coyo", "--input", path, "--output", str(tmp_path / "out"), "--min-clip-sim", "0",
-                     "--workers", "1", "--smoke")
+    result = run_cli(
+        "build",
+        "coyo",
+        "--input",
+        path,
+        "--output",
+        str(tmp_path / "out"),
+        "--min-clip-sim",
+        "0",
+        "--workers",
+        "1",
+        "--smoke",
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -219,15 +318,25 @@ def fixtures_columns() -> list[str]:
     return list(COLUMNS)
 
 
-@pytest.mark.parametrize("args, message", [
-    (("c4", "--min-sim", "0.3"), "--min-sim does not apply to c4 (only to mmc4, mmc4-reordered)"),
-    (("coyo", "--caption", "alt"), "--caption does not apply to coyo (only to wit)"),
-    (("mmc4", "--min-sim", "1.5"), "--min-sim is a cosine similarity, -1..1; got 1.5"),
-    (("wit", "--languages", ","), "--languages names no language"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ("c4", "--min-sim", "0.3"),
+            "--min-sim does not apply to c4 (only to mmc4, mmc4-reordered)",
+        ),
+        (("coyo", "--caption", "alt"), "--caption does not apply to coyo (only to wit)"),
+        (("mmc4", "--min-sim", "1.5"), "--min-sim is a cosine similarity, -1..1; got 1.5"),
+        (("wit", "--languages", ","), "--languages names no language"),
+    ],
+)
 def test_bad_corpus_flags_exit_2(tmp_path, args, message):
-    inputs = {"c4": fixtures.C4_FIRST3, "coyo": fixtures.C4_FIRST3, "mmc4": fixtures.MMC4_EXAMPLE,
-              "wit": fixtures.WIT_DUMMY_GZ}
+    inputs = {
+        "c4": fixtures.C4_FIRST3,
+        "coyo": fixtures.C4_FIRST3,
+        "mmc4": fixtures.MMC4_EXAMPLE,
+        "wit": fixtures.WIT_DUMMY_GZ,
+    }
     result = run_cli("build", *args, "--input", inputs[args[0]], "--output", str(tmp_path / "out"))
     assert result.returncode == 2
     assert result.stderr.strip() == f"corpora: {message}"
@@ -236,19 +345,26 @@ def test_bad_corpus_flags_exit_2(tmp_path, args, message):
 def test_wit_file_without_wit_header_exits_2(tmp_path):
     path = str(tmp_path / "wit_v1.train.all-00000-of-00010.tsv")
     with open(path, "w", encoding="utf-8") as handle:
-        handle.write("language\tpage_url\timage_url\nen\thttps://en.wikipedia.org/wiki/A\thttps://u/a.jpg\n")
+        handle.write(
+            "language\tpage_url\timage_url\nen\thttps://en.wikipedia.org/wiki/A\thttps://u/a.jpg\n"
+        )
     result = run_cli("build", "wit", "--input", path, "--output", str(tmp_path / "out"))
     assert result.returncode == 2
     assert result.stderr.strip() == f"corpora: {path}: not a WIT file: missing column 'page_title'"
 
 
-def test_mmc4_reassign_repairs_documents_and_keep_imageless_keeps_text(mmc4_input, tmp_path, tokenizer_path):
+def test_mmc4_reassign_repairs_documents_and_keep_imageless_keeps_text(
+    mmc4_input, tmp_path, tokenizer_path
+):
     output = str(tmp_path / "out")
     manifest = build("mmc4", [mmc4_input], output, tokenizer_path, "--reassign", "--keep-imageless")
     found = check_shards(manifest, output)
     assert manifest["funnel"] == {
-        "unit": "document", "input": 10, "kept": 6,
-        "dropped": {"empty_text_list": 1, "no_images": 1, "bad_json": 1, "not_utf8": 1}}
+        "unit": "document",
+        "input": 10,
+        "kept": 6,
+        "dropped": {"empty_text_list": 1, "no_images": 1, "bad_json": 1, "not_utf8": 1},
+    }
     assert manifest["settings"]["corpus_options"]["reassign"] is True
     # upstream matched both images to sentence 0; the linear assignment gives [1, 0]
     s = fixtures.SENTENCES

@@ -20,20 +20,40 @@ SEQ_LEN, PER_IMAGE = 128, 8
 def _documents(server):
     img = lambda name, w=48, h=40: server.url(f"/img/{w}x{h}/{name}.jpg")  # noqa: E731
     return [
-        {"url": "http://news.example/a", "text_list": ["A red kite over the beach.", "Sand and sea.", "Gulls."],
-         "image_info": [
-             {"raw_url": img("kite"), "matched_text_index": 0, "matched_sim": 0.31, "image_name": "k.jpg"},
-             {"raw_url": img("sand", 80, 30), "matched_text_index": 1, "matched_sim": 0.28},
-             {"raw_url": server.url("/status/404"), "matched_text_index": 2, "matched_sim": 0.27},
-         ], "similarity_matrix": [[0.31, 0.2, 0.1], [0.2, 0.28, 0.1], [0.1, 0.1, 0.27]],
-         "could_have_url_duplicate": 0},
-        {"url": "http://blog.example/b", "text_list": ["The cat sleeps.", "", "A long afternoon."],
-         "image_info": [
-             {"raw_url": img("cat"), "matched_text_index": 0, "matched_sim": 0.33},
-             {"raw_url": server.url("/text/not-an-image"), "matched_text_index": 2, "matched_sim": 0.25},
-             {"raw_url": img("empty"), "matched_text_index": 1, "matched_sim": 0.25},
-             {"raw_url": img("range"), "matched_text_index": 9, "matched_sim": 0.25},
-         ]},
+        {
+            "url": "http://news.example/a",
+            "text_list": ["A red kite over the beach.", "Sand and sea.", "Gulls."],
+            "image_info": [
+                {
+                    "raw_url": img("kite"),
+                    "matched_text_index": 0,
+                    "matched_sim": 0.31,
+                    "image_name": "k.jpg",
+                },
+                {"raw_url": img("sand", 80, 30), "matched_text_index": 1, "matched_sim": 0.28},
+                {
+                    "raw_url": server.url("/status/404"),
+                    "matched_text_index": 2,
+                    "matched_sim": 0.27,
+                },
+            ],
+            "similarity_matrix": [[0.31, 0.2, 0.1], [0.2, 0.28, 0.1], [0.1, 0.1, 0.27]],
+            "could_have_url_duplicate": 0,
+        },
+        {
+            "url": "http://blog.example/b",
+            "text_list": ["The cat sleeps.", "", "A long afternoon."],
+            "image_info": [
+                {"raw_url": img("cat"), "matched_text_index": 0, "matched_sim": 0.33},
+                {
+                    "raw_url": server.url("/text/not-an-image"),
+                    "matched_text_index": 2,
+                    "matched_sim": 0.25,
+                },
+                {"raw_url": img("empty"), "matched_text_index": 1, "matched_sim": 0.25},
+                {"raw_url": img("range"), "matched_text_index": 9, "matched_sim": 0.25},
+            ],
+        },
         "this line is not JSON",
         {"url": "http://c", "image_info": []},
         {"url": "http://d", "text_list": ["Nothing to see."], "image_info": []},
@@ -45,9 +65,27 @@ def built(tmp_path_factory, image_server, tokenizer_path):
     tmp = tmp_path_factory.mktemp("mmc4pairs")
     source = write_jsonl(str(tmp / "docs.jsonl"), _documents(image_server))
     out = str(tmp / "out")
-    result = run_cli("build", "mmc4-pairs", "--input", source, "--output", out, "--tokenizer", tokenizer_path,
-                     "--seq-len", str(SEQ_LEN), "--tokens-per-image", str(PER_IMAGE), "--image-size", "32",
-                     "--samples-per-shard", "2", "--workers", "2", "--allow-private-urls")
+    result = run_cli(
+        "build",
+        "mmc4-pairs",
+        "--input",
+        source,
+        "--output",
+        out,
+        "--tokenizer",
+        tokenizer_path,
+        "--seq-len",
+        str(SEQ_LEN),
+        "--tokens-per-image",
+        str(PER_IMAGE),
+        "--image-size",
+        "32",
+        "--samples-per-shard",
+        "2",
+        "--workers",
+        "2",
+        "--allow-private-urls",
+    )
     assert result.returncode == 0, result.stderr
     return out, load_manifest(out), result
 
@@ -59,8 +97,13 @@ def test_funnel_balances_and_names_every_drop(built):
     # 3 + 4 pairs from parsed documents; 1 unparseable line, 1 line without text_list, 1 without images
     assert funnel["input"] == 10
     assert funnel["dropped"] == {
-        "bad_json": 1, "missing_text_list": 1, "no_images": 1, "http_404": 1, "not_image": 1,
-        "empty_text": 1, "matched_text_index_out_of_range": 1,
+        "bad_json": 1,
+        "missing_text_list": 1,
+        "no_images": 1,
+        "http_404": 1,
+        "not_image": 1,
+        "empty_text": 1,
+        "matched_text_index_out_of_range": 1,
     }
     assert funnel["kept"] == 3
     assert funnel["input"] == funnel["kept"] + sum(funnel["dropped"].values())
@@ -79,8 +122,9 @@ def test_manifest_describes_the_build(built, tokenizer_path):
     assert len(manifest["tokenizer"]["sha256"]) == 64
     paths = sorted(os.path.basename(p) for p in glob.glob(os.path.join(out, "*.tar")))
     assert [s["path"] for s in manifest["shards"]] == paths
-    assert manifest["shard_pattern"] == (paths[0] if len(paths) == 1 else
-                                         "mmc4-pairs-{000000..%06d}.tar" % (len(paths) - 1))
+    assert manifest["shard_pattern"] == (
+        paths[0] if len(paths) == 1 else "mmc4-pairs-{000000..%06d}.tar" % (len(paths) - 1)
+    )
 
 
 def test_manifest_counts_equal_what_the_tars_hold(built):
@@ -90,7 +134,9 @@ def test_manifest_counts_equal_what_the_tars_hold(built):
         samples = read_tar(path)
         assert shard["samples"] == len(samples)
         assert shard["documents"] == sum(len(s["json"]["documents"]) for s in samples)
-        assert shard["images"] == sum(1 for s in samples for m in s["__members__"] if m.startswith("img"))
+        assert shard["images"] == sum(
+            1 for s in samples for m in s["__members__"] if m.startswith("img")
+        )
         assert shard["sha256"] == hashlib.sha256(open(path, "rb").read()).hexdigest()
     assert manifest["totals"]["documents"] == manifest["funnel"]["kept"]
 
@@ -111,19 +157,32 @@ def test_images_match_slots_one_to_one_and_in_order(built, tokenizer_path):
             assert slots == PER_IMAGE * len(images)
             docs = sample["json"]["documents"]
             # image k is the k-th image slot run: the documents' images in segment order
-            in_slot_order = [img["sha256"] for d in sorted(docs, key=lambda d: d["segment"]) for img in d["images"]]
+            in_slot_order = [
+                img["sha256"]
+                for d in sorted(docs, key=lambda d: d["segment"])
+                for img in d["images"]
+            ]
             assert in_slot_order == [hashlib.sha256(sample[name]).hexdigest() for name in images]
             # every document: <s> image slots, its sentence, </s>
             for doc in docs:
                 where = np.nonzero(sample["segment_ids.npy"] == doc["segment"])[0]
-                run = ids[where[0]: where[-1] + 1]
+                run = ids[where[0] : where[-1] + 1]
                 assert run[0] == 1 and run[-1] == 2
-                assert list(run[1:1 + PER_IMAGE]) == [image_token] * PER_IMAGE
+                assert list(run[1 : 1 + PER_IMAGE]) == [image_token] * PER_IMAGE
                 assert list(sample["positions.npy"][where]) == list(range(len(where)))
-                sentences.append((doc["images"][0]["url"].rsplit("/", 1)[1], sp.decode(run[1 + PER_IMAGE:-1].tolist())))
-    assert sorted(sentences) == sorted([
-        ("cat.jpg", "The cat sleeps."), ("kite.jpg", "A red kite over the beach."), ("sand.jpg", "Sand and sea."),
-    ])
+                sentences.append(
+                    (
+                        doc["images"][0]["url"].rsplit("/", 1)[1],
+                        sp.decode(run[1 + PER_IMAGE : -1].tolist()),
+                    )
+                )
+    assert sorted(sentences) == sorted(
+        [
+            ("cat.jpg", "The cat sleeps."),
+            ("kite.jpg", "A red kite over the beach."),
+            ("sand.jpg", "Sand and sea."),
+        ]
+    )
 
 
 def test_shards_load_with_webdataset(built):
@@ -152,14 +211,28 @@ def test_bundled_sample_builds_without_arguments(tmp_path):
     result = run_cli("build", "mmc4-pairs", "--smoke", "--workers", "1", cwd=str(tmp_path))
     assert result.returncode == 0, result.stderr
     manifest = load_manifest(str(tmp_path / "corpora-out" / "mmc4-pairs"))
-    assert manifest["funnel"] == {"unit": "pair", "input": 9, "kept": 8, "dropped": {"file_not_found": 1}}
+    assert manifest["funnel"] == {
+        "unit": "pair",
+        "input": 9,
+        "kept": 8,
+        "dropped": {"file_not_found": 1},
+    }
     assert manifest["totals"]["images"] == 8
 
 
 def test_missing_input_and_bad_tokenizer_exit_2_with_one_line(tmp_path, tokenizer_path):
-    missing = run_cli("build", "mmc4-pairs", "--input", str(tmp_path / "nope.jsonl"), "--tokenizer", tokenizer_path)
+    missing = run_cli(
+        "build",
+        "mmc4-pairs",
+        "--input",
+        str(tmp_path / "nope.jsonl"),
+        "--tokenizer",
+        tokenizer_path,
+    )
     assert missing.returncode == 2
-    assert missing.stderr.strip().splitlines() == [f"corpora: input not found: {tmp_path / 'nope.jsonl'}"]
+    assert missing.stderr.strip().splitlines() == [
+        f"corpora: input not found: {tmp_path / 'nope.jsonl'}"
+    ]
     junk = tmp_path / "junk.model"
     junk.write_text("not a model")
     bad = run_cli("build", "mmc4-pairs", "--tokenizer", str(junk))
@@ -172,8 +245,18 @@ def test_missing_input_and_bad_tokenizer_exit_2_with_one_line(tmp_path, tokenize
 def test_a_corrupt_zip_fails_the_build_with_exit_1(tmp_path, tokenizer_path):
     bad = tmp_path / "docs.jsonl.zip"
     bad.write_bytes(b"this is not a zip")
-    result = run_cli("build", "mmc4-pairs", "--input", str(bad), "--tokenizer", tokenizer_path,
-                     "--output", str(tmp_path / "o"), "--workers", "1")
+    result = run_cli(
+        "build",
+        "mmc4-pairs",
+        "--input",
+        str(bad),
+        "--tokenizer",
+        tokenizer_path,
+        "--output",
+        str(tmp_path / "o"),
+        "--workers",
+        "1",
+    )
     assert result.returncode == 1
     assert "not a zip" in result.stderr
 

@@ -24,8 +24,13 @@ SEQ_LEN, TOKENS_PER_IMAGE = 160, 8
 
 
 def _image(url: str, matched: int, sim: float) -> dict:
-    return {"raw_url": url, "image_name": url.rsplit("/", 1)[-1], "matched_text_index": matched,
-            "matched_sim": sim, "face_detections": None}
+    return {
+        "raw_url": url,
+        "image_name": url.rsplit("/", 1)[-1],
+        "matched_text_index": matched,
+        "matched_sim": sim,
+        "face_detections": None,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -34,15 +39,33 @@ def fixture_corpus(tmp_path_factory, image_server):
     document without images, a broken line, and a sentence that is split."""
     img = image_server.url
     rows = [
-        {"url": "https://example.org/one", "text_list": SENTENCES[:4], "image_info": [
-            _image(img("/img/40x30/one-a.jpg"), 0, 0.3125), _image(img("/img/50x50/one-b.jpg"), 2, 0.2704),
-            _image(img("/status/404"), 1, 0.2)]},
-        {"url": "https://example.org/long", "text_list": [LONG, SENTENCES[4]], "image_info": [
-            _image(img("/img/60x40/long.jpg"), 0, 0.3333), _image(img("/text/page"), 1, 0.25)]},
+        {
+            "url": "https://example.org/one",
+            "text_list": SENTENCES[:4],
+            "image_info": [
+                _image(img("/img/40x30/one-a.jpg"), 0, 0.3125),
+                _image(img("/img/50x50/one-b.jpg"), 2, 0.2704),
+                _image(img("/status/404"), 1, 0.2),
+            ],
+        },
+        {
+            "url": "https://example.org/long",
+            "text_list": [LONG, SENTENCES[4]],
+            "image_info": [
+                _image(img("/img/60x40/long.jpg"), 0, 0.3333),
+                _image(img("/text/page"), 1, 0.25),
+            ],
+        },
         {"url": "https://example.org/none", "text_list": SENTENCES[:1], "image_info": []},
         "{this line is not json",
-        {"url": "https://example.org/five", "text_list": SENTENCES, "image_info": [
-            _image(img(f"/img/{30 + 5 * k}x32/five-{k}.jpg"), (k * 2) % 5, 0.21 + k / 50) for k in range(5)]},
+        {
+            "url": "https://example.org/five",
+            "text_list": SENTENCES,
+            "image_info": [
+                _image(img(f"/img/{30 + 5 * k}x32/five-{k}.jpg"), (k * 2) % 5, 0.21 + k / 50)
+                for k in range(5)
+            ],
+        },
     ]
     directory = tmp_path_factory.mktemp("stats-fixture")
     source = write_jsonl(str(directory / "docs.jsonl"), rows)
@@ -58,9 +81,29 @@ def fixture_corpus(tmp_path_factory, image_server):
 def built(fixture_corpus, tokenizer_path, tmp_path_factory):
     source, sentence_of = fixture_corpus
     output = str(tmp_path_factory.mktemp("stats-build") / "out")
-    result = run_cli("build", "mmc4-pairs", "--input", source, "--output", output, "--tokenizer", tokenizer_path,
-                     "--seq-len", str(SEQ_LEN), "--tokens-per-image", str(TOKENS_PER_IMAGE), "--image-size", "32",
-                     "--samples-per-shard", "2", "--pack-groups", "2", "--workers", "1", "--allow-private-urls")
+    result = run_cli(
+        "build",
+        "mmc4-pairs",
+        "--input",
+        source,
+        "--output",
+        output,
+        "--tokenizer",
+        tokenizer_path,
+        "--seq-len",
+        str(SEQ_LEN),
+        "--tokens-per-image",
+        str(TOKENS_PER_IMAGE),
+        "--image-size",
+        "32",
+        "--samples-per-shard",
+        "2",
+        "--pack-groups",
+        "2",
+        "--workers",
+        "1",
+        "--allow-private-urls",
+    )
     assert result.returncode == 0, result.stderr
     # (not asserted on stdout: the foundation's build summary is intermittently lost, see the report)
     assert os.path.isfile(os.path.join(output, "stats.json"))
@@ -75,19 +118,32 @@ def _dist(values: list) -> dict:
     width = 1 if span <= 40 else -(-span // 20)
     edges = list(range(low, high + width + 1, width))[: -(-span // width) + 1]
     counts, _ = np.histogram(array, bins=edges)
-    return {"count": int(array.size), "sum": int(array.sum()), "mean": float(array.mean()),
-            "min": low, "max": high, "median": float(np.median(array)),
-            "p5": int(np.percentile(array, 5, method="inverted_cdf")),
-            "p95": int(np.percentile(array, 95, method="inverted_cdf")),
-            "histogram": {"edges": edges, "counts": counts.tolist()}}
+    return {
+        "count": int(array.size),
+        "sum": int(array.sum()),
+        "mean": float(array.mean()),
+        "min": low,
+        "max": high,
+        "median": float(np.median(array)),
+        "p5": int(np.percentile(array, 5, method="inverted_cdf")),
+        "p95": int(np.percentile(array, 95, method="inverted_cdf")),
+        "histogram": {"edges": edges, "counts": counts.tolist()},
+    }
 
 
 def _score_dist(values: list) -> dict:
     quantised = [int(q) for q in np.round(np.asarray(values) * 10_000)]
     d = _dist(quantised)
     scaled = {k: d[k] / 10_000 for k in ("sum", "min", "max", "median", "p5", "p95")}
-    return {**d, **scaled, "mean": d["sum"] / d["count"] / 10_000,
-            "histogram": {"edges": [e / 10_000 for e in d["histogram"]["edges"]], "counts": d["histogram"]["counts"]}}
+    return {
+        **d,
+        **scaled,
+        "mean": d["sum"] / d["count"] / 10_000,
+        "histogram": {
+            "edges": [e / 10_000 for e in d["histogram"]["edges"]],
+            "counts": d["histogram"]["counts"],
+        },
+    }
 
 
 def independent_stats(directory: str) -> dict:
@@ -126,7 +182,9 @@ def independent_stats(directory: str) -> dict:
                 for img in entry["images"]:
                     for name, value in img.get("scores", {}).items():
                         scores[name].append(value)
-            assert runs == sum(1 for m in sample["__members__"] if re.fullmatch(r"img\d{3}\.jpg", m))
+            assert runs == sum(
+                1 for m in sample["__members__"] if re.fullmatch(r"img\d{3}\.jpg", m)
+            )
             totals["images"] += runs
     text = [d[0] for d in documents.values()]
     images = [d[1] for d in documents.values()]
@@ -135,29 +193,58 @@ def independent_stats(directory: str) -> dict:
     failures = {"http_404": 1, "not_image": 1}  # the fixture's two images that cannot be fetched
     attempted = totals["images"] + sum(failures.values())
     return {
-        "stats_version": 1, "corpus": "mmc4-pairs", "seq_len": SEQ_LEN, "tokens_per_image": TOKENS_PER_IMAGE,
+        "stats_version": 1,
+        "corpus": "mmc4-pairs",
+        "seq_len": SEQ_LEN,
+        "tokens_per_image": TOKENS_PER_IMAGE,
         "scope": "build",
-        "totals": {"documents": len(documents), **{k: totals[k] for k in (
-            "images", "tokens", "text_tokens", "image_tokens", "special_tokens", "padding_tokens")}},
+        "totals": {
+            "documents": len(documents),
+            **{
+                k: totals[k]
+                for k in (
+                    "images",
+                    "tokens",
+                    "text_tokens",
+                    "image_tokens",
+                    "special_tokens",
+                    "padding_tokens",
+                )
+            },
+        },
         "text_tokens_per_image": totals["text_tokens"] / totals["images"],
         "images_per_document": _dist(images),
         "text_tokens_per_document": _dist(text),
         "packing": {
-            "sequences": totals["sequences"], "pieces": sum(per_sequence),
+            "sequences": totals["sequences"],
+            "pieces": sum(per_sequence),
             "documents_per_sequence": _dist(per_sequence),
-            "non_padding_fraction": (totals["tokens"] - totals["padding_tokens"]) / totals["tokens"],
+            "non_padding_fraction": (totals["tokens"] - totals["padding_tokens"])
+            / totals["tokens"],
             "split_documents": sum(1 for d in documents.values() if d[2] > 1),
             "split_fraction": sum(1 for d in documents.values() if d[2] > 1) / len(documents),
             "incomplete_documents": 0,
         },
-        "funnel": {"unit": "pair", "input": funnel["input"], "kept": funnel["kept"],
-                   "kept_share": funnel["kept"] / funnel["input"],
-                   "dropped": [{"reason": r, "count": c, "share": c / funnel["input"]} for r, c in dropped]},
+        "funnel": {
+            "unit": "pair",
+            "input": funnel["input"],
+            "kept": funnel["kept"],
+            "kept_share": funnel["kept"] / funnel["input"],
+            "dropped": [
+                {"reason": r, "count": c, "share": c / funnel["input"]} for r, c in dropped
+            ],
+        },
         "scores": {name: _score_dist(values) for name, values in scores.items()},
-        "image_fetch": {"attempted": attempted, "fetched": totals["images"], "failed": sum(failures.values()),
-                        "success_rate": totals["images"] / attempted,
-                        "failures": [{"reason": r, "count": c, "share": c / attempted}
-                                     for r, c in sorted(failures.items())]}
+        "image_fetch": {
+            "attempted": attempted,
+            "fetched": totals["images"],
+            "failed": sum(failures.values()),
+            "success_rate": totals["images"] / attempted,
+            "failures": [
+                {"reason": r, "count": c, "share": c / attempted}
+                for r, c in sorted(failures.items())
+            ],
+        }
         | ({"manifest": manifest["images"]} if "images" in manifest else {}),
         "reference": None,
     }
@@ -180,7 +267,9 @@ def test_stats_equal_an_independent_recomputation_and_the_builds_stats_json(buil
     assert from_cli == expected
     # the fetch stage's own accounting agrees with what the shards and the funnel show
     images = load_manifest(output)["images"]
-    assert images["failed"] == {f["reason"]: f["count"] for f in expected["image_fetch"]["failures"]}
+    assert images["failed"] == {
+        f["reason"]: f["count"] for f in expected["image_fetch"]["failures"]
+    }
     assert images["input"] == expected["image_fetch"]["attempted"]
 
 
@@ -193,7 +282,9 @@ def test_stats_accepts_the_manifest_and_a_single_shard(built):
     samples = read_tar(shard)
     assert one["scope"] == "shards" and one["funnel"] is None
     assert one["packing"]["sequences"] == len(samples)
-    assert one["totals"]["padding_tokens"] == sum(int((s["segment_ids.npy"] == 0).sum()) for s in samples)
+    assert one["totals"]["padding_tokens"] == sum(
+        int((s["segment_ids.npy"] == 0).sum()) for s in samples
+    )
 
 
 def test_stats_prints_a_compact_table(built):
@@ -210,10 +301,13 @@ def test_stats_prints_a_compact_table(built):
     assert row["image fetch success"] == "80.0% of 10"
 
 
-@pytest.mark.parametrize("target, message", [
-    ("missing-dir", "corpora: not found:"),
-    ("stats.json", "corpora: not a corpora manifest:"),
-])
+@pytest.mark.parametrize(
+    "target, message",
+    [
+        ("missing-dir", "corpora: not found:"),
+        ("stats.json", "corpora: not a corpora manifest:"),
+    ],
+)
 def test_stats_bad_input_is_one_line_exit_2(built, target, message):
     output, _ = built
     result = run_cli("stats", os.path.join(output, target))
@@ -229,7 +323,9 @@ def test_report_renders_offline_in_headless_chromium(built):
     assert result.stdout.strip() == f"Wrote {page}"
 
     manifest = load_manifest(output)
-    first = [s for shard in manifest["shards"] for s in read_tar(os.path.join(output, shard["path"]))][:8]
+    first = [
+        s for shard in manifest["shards"] for s in read_tar(os.path.join(output, shard["path"]))
+    ][:8]
     expected_images = sum(1 for s in first for m in s["__members__"] if m.startswith("img"))
     artifacts = os.path.join(REPO, "test-artifacts")
     os.makedirs(artifacts, exist_ok=True)
@@ -270,7 +366,9 @@ def test_report_renders_offline_in_headless_chromium(built):
         doc = documents[segment["meta"].split(" · ")[1]]
         flow = " ".join(segment["flow"].split())
         if " · piece " not in segment["meta"] or " · piece 1 of " in segment["meta"]:
-            assert flow.startswith("<s> [IMG]")  # a document (or its first piece) opens with its image
+            assert flow.startswith(
+                "<s> [IMG]"
+            )  # a document (or its first piece) opens with its image
         if not doc["split"]:
             sentence = sentence_of[doc["images"][0]["url"]]
             assert flow == f"<s> [IMG] {sentence} </s>"
@@ -284,8 +382,10 @@ def test_report_renders_offline_in_headless_chromium(built):
 def test_the_browser_check_catches_errors_and_network_requests(tmp_path):
     """The harness above would fail a page that errs or reaches the network."""
     bad = tmp_path / "bad.html"
-    bad.write_text('<!DOCTYPE html><link rel="icon" href="data:,"><img src="http://example.com/x.png">'
-                   '<script>console.error("broken")</script><script>undefinedFunction()</script>')
+    bad.write_text(
+        '<!DOCTYPE html><link rel="icon" href="data:,"><img src="http://example.com/x.png">'
+        '<script>console.error("broken")</script><script>undefinedFunction()</script>'
+    )
     with Browser() as browser:
         browser.open("file://" + str(bad))
         errors = browser.errors()

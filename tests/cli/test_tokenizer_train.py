@@ -13,10 +13,18 @@ from tests.helpers import UPSTREAM, run_cli
 @pytest.mark.integration
 def test_trains_a_model_on_c4_and_mmc4_text(tmp_path):
     output = str(tmp_path / "vocab.model")
-    result = run_cli("tokenizer", "train",
-                     "--input", os.path.join(UPSTREAM, "c4-train.00000-of-01024.first3.json.gz"),
-                     "--input", os.path.join(UPSTREAM, "mmc4_*.jsonl"),
-                     "--vocab-size", "400", "--output", output)
+    result = run_cli(
+        "tokenizer",
+        "train",
+        "--input",
+        os.path.join(UPSTREAM, "c4-train.00000-of-01024.first3.json.gz"),
+        "--input",
+        os.path.join(UPSTREAM, "mmc4_*.jsonl"),
+        "--vocab-size",
+        "400",
+        "--output",
+        output,
+    )
     assert result.returncode == 0, result.stderr
     assert "from 6 texts" in result.stdout  # 3 C4 records + 3 MMC4 sentences
     model = spm.SentencePieceProcessor(model_file=output)
@@ -28,12 +36,22 @@ def test_trains_a_model_on_c4_and_mmc4_text(tmp_path):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("args, message", [
-    (["--input", "/nonexistent/corpus.jsonl"], "input not found: /nonexistent/corpus.jsonl"),
-    (["--input", "EMPTY"], "no text found in the inputs"),
-    (["--input", os.path.join(UPSTREAM, "c4_en_train00000_first3.jsonl"), "--vocab-size", "50"],
-     "Vocabulary size is smaller than required_chars"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--input", "/nonexistent/corpus.jsonl"], "input not found: /nonexistent/corpus.jsonl"),
+        (["--input", "EMPTY"], "no text found in the inputs"),
+        (
+            [
+                "--input",
+                os.path.join(UPSTREAM, "c4_en_train00000_first3.jsonl"),
+                "--vocab-size",
+                "50",
+            ],
+            "Vocabulary size is smaller than required_chars",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n")
@@ -56,12 +74,33 @@ def test_a_trained_bpe_model_builds_a_corpus(tmp_path):
 
     sample = materialize_sample(str(tmp_path / "input"))
     model = str(tmp_path / "bpe.model")
-    trained = run_cli("tokenizer", "train", "--input", sample, "--vocab-size", "600",
-                      "--model-type", "bpe", "--output", model)
+    trained = run_cli(
+        "tokenizer",
+        "train",
+        "--input",
+        sample,
+        "--vocab-size",
+        "600",
+        "--model-type",
+        "bpe",
+        "--output",
+        model,
+    )
     assert trained.returncode == 0, trained.stderr
     output = str(tmp_path / "out")
-    built = run_cli("build", "mmc4-pairs", "--input", sample, "--output", output, "--smoke",
-                    "--tokenizer", model, "--workers", "1")
+    built = run_cli(
+        "build",
+        "mmc4-pairs",
+        "--input",
+        sample,
+        "--output",
+        output,
+        "--smoke",
+        "--tokenizer",
+        model,
+        "--workers",
+        "1",
+    )
     assert built.returncode == 0, built.stderr
     manifest = load_manifest(output)
     assert manifest["tokenizer"]["sha256"] == file_sha256(model)

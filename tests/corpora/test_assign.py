@@ -15,17 +15,13 @@ def test_real_mmc4_document_keeps_its_upstream_assignment():
 
 def test_assignment_maximises_total_similarity_not_each_image_greedily():
     # Greedy argmax would put both images on sentence 1; the matching cannot.
-    indices, sims = assign_images([[0.20, 0.30, 0.10],
-                                   [0.27, 0.28, 0.12]])
+    indices, sims = assign_images([[0.20, 0.30, 0.10], [0.27, 0.28, 0.12]])
     assert indices == [1, 0]
     assert sims == [0.30, 0.27]
 
 
 def test_images_beyond_the_number_of_sentences_go_to_their_argmax():
-    indices, sims = assign_images([[0.9, 0.1],
-                                   [0.8, 0.2],
-                                   [0.7, 0.3],
-                                   [0.1, 0.6]])
+    indices, sims = assign_images([[0.9, 0.1], [0.8, 0.2], [0.7, 0.3], [0.1, 0.6]])
     # the matching places image 0 (0.9) and image 3 (0.6); images 1 and 2 join sentence 0
     assert indices == [0, 0, 0, 1]
     assert sims == [0.9, 0.8, 0.7, 0.6]

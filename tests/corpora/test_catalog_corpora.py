@@ -27,7 +27,9 @@ def test_mmc4_pairs_uses_the_reassigned_matches():
     s = fixtures.SENTENCES
     plain = read_all("mmc4-pairs", line, "docs.jsonl", settings.mmc4_pairs((), "out"))
     assert [p.chunks[1].text for p in plain] == [s[0], s[0]]
-    fixed = read_all("mmc4-pairs", line, "docs.jsonl", settings.mmc4_pairs((), "out", reassign=True))
+    fixed = read_all(
+        "mmc4-pairs", line, "docs.jsonl", settings.mmc4_pairs((), "out", reassign=True)
+    )
     assert [p.chunks[1].text for p in fixed] == [s[1], s[0]]
 
 
@@ -37,13 +39,18 @@ def test_mmc4_and_reordered_share_reader_and_filter_but_not_layout():
         spec = catalog.get(name)
         built = settings.BUILDERS[name]((), "out")
         results = read_all(name, lines, "docs.jsonl", built)
-        assert len(results) == 10 and spec.unit == "document" and spec.drop_on_image_failure is False
+        assert (
+            len(results) == 10 and spec.unit == "document" and spec.drop_on_image_failure is False
+        )
         doc = results[0]
         assert isinstance(doc, Document) and doc.corpus == name
         laid_out = spec.layout(spec.metadata_filter(doc, built), built)
         kinds = [c.kind for c in laid_out.chunks]
-        assert kinds == (["text", "image", "text", "image", "text"] if name == "mmc4"
-                         else ["image", "image", "text", "text", "text"])
+        assert kinds == (
+            ["text", "image", "text", "image", "text"]
+            if name == "mmc4"
+            else ["image", "image", "text", "text", "text"]
+        )
 
 
 def test_coyo_filter_runs_on_the_reader_records(tmp_path):
@@ -53,8 +60,16 @@ def test_coyo_filter_runs_on_the_reader_records(tmp_path):
         docs = [r for r in spec.read(stream, path, built) if isinstance(r, Document)]
     outcomes = [spec.metadata_filter(d, built) for d in docs]
     assert [o.id for o in outcomes if isinstance(o, Document)] == [
-        "coyo-5626407855002", "coyo-1125282207474", "coyo-1434519186493", "coyo-9000000000001",
-        "coyo-9000000000002", "coyo-9000000000003", "coyo-9000000000004", "coyo-9000000000005",
-        "coyo-9000000000012"]
+        "coyo-5626407855002",
+        "coyo-1125282207474",
+        "coyo-1434519186493",
+        "coyo-9000000000001",
+        "coyo-9000000000002",
+        "coyo-9000000000003",
+        "coyo-9000000000004",
+        "coyo-9000000000005",
+        "coyo-9000000000012",
+    ]
     assert sorted(o.reason for o in outcomes if isinstance(o, Drop)) == [
-        "clip_similarity_below_min"] * 4 + ["missing_clip_similarity"]
+        "clip_similarity_below_min"
+    ] * 4 + ["missing_clip_similarity"]

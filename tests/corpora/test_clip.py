@@ -11,20 +11,32 @@ import pytest
 from corpora import clip
 from corpora.record import Document, Drop, ImageChunk, TextChunk
 from tests.clip_model import (  # noqa: F401  (tiny_clip is a fixture)
-    CAPTIONS, SAMPLE_IMAGES, TINY_NAME, direct_scores, jpeg, pair, sample_pairs, tiny_clip)
+    CAPTIONS,
+    SAMPLE_IMAGES,
+    TINY_NAME,
+    direct_scores,
+    jpeg,
+    pair,
+    sample_pairs,
+    tiny_clip,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 @pytest.fixture(scope="module")
 def model(tiny_clip):  # noqa: F811
-    return clip.load_clip(clip.clip_settings(tiny_clip.config_path, tiny_clip.checkpoint, batch_size=3))
+    return clip.load_clip(
+        clip.clip_settings(tiny_clip.config_path, tiny_clip.checkpoint, batch_size=3)
+    )
 
 
 def test_pair_scores_equal_open_clip_cosine_similarity(model, tiny_clip):  # noqa: F811
     docs = sample_pairs()
     results = clip.score_pairs(docs, model)
-    expected = direct_scores(tiny_clip, [d.images[0].data for d in docs], [d.texts[0].text for d in docs])
+    expected = direct_scores(
+        tiny_clip, [d.images[0].data for d in docs], [d.texts[0].text for d in docs]
+    )
     scores = np.array([r.score for r in results])
     np.testing.assert_allclose(scores, expected, atol=1e-5)
     assert len(set(scores.round(3))) == len(docs)  # a real spread, not one value
@@ -52,7 +64,13 @@ def test_undecodable_or_missing_images_are_named_drops_in_place(model):
     no_text = pair("no-text", docs[0].images[0].data, "   ")
     results = clip.score_pairs([docs[0], broken, docs[1], missing, no_text, docs[2]], model)
     assert [r.reason if isinstance(r, Drop) else r.doc.id for r in results] == [
-        "p0", "clip_image_undecodable", "p1", "clip_no_image_data", "clip_no_text", "p2"]
+        "p0",
+        "clip_image_undecodable",
+        "p1",
+        "clip_no_image_data",
+        "clip_no_text",
+        "p2",
+    ]
     assert results[1].url == "http://images.test/broken.jpg"
 
 
@@ -60,16 +78,25 @@ def test_document_similarity_is_the_image_by_sentence_matrix(model, tiny_clip): 
     images = [jpeg(path) for path in SAMPLE_IMAGES[:3]]
     sentences = CAPTIONS[:4]
     doc = Document(
-        id="doc", corpus="mmc4",
-        chunks=(TextChunk(sentences[0]), ImageChunk("u0", data=images[0]), TextChunk(sentences[1]),
-                ImageChunk("u1", data=b"garbage"), TextChunk(sentences[2]), ImageChunk("u2", data=images[2]),
-                TextChunk(sentences[3])),
+        id="doc",
+        corpus="mmc4",
+        chunks=(
+            TextChunk(sentences[0]),
+            ImageChunk("u0", data=images[0]),
+            TextChunk(sentences[1]),
+            ImageChunk("u1", data=b"garbage"),
+            TextChunk(sentences[2]),
+            ImageChunk("u2", data=images[2]),
+            TextChunk(sentences[3]),
+        ),
     )
     result = clip.document_similarity(doc, model)
     assert result.matrix.shape == (3, 4) and result.undecodable == (1,)
     assert np.isnan(result.matrix[1]).all()
     for row, data in ((0, images[0]), (2, images[2])):
-        np.testing.assert_allclose(result.matrix[row], direct_scores(tiny_clip, [data] * 4, sentences), atol=1e-5)
+        np.testing.assert_allclose(
+            result.matrix[row], direct_scores(tiny_clip, [data] * 4, sentences), atol=1e-5
+        )
     text_only = Document(id="t", corpus="mmc4", chunks=(TextChunk("just words"),))
     batched = clip.document_similarities([doc, text_only, doc], model)
     assert [b.matrix.shape for b in batched] == [(3, 4), (0, 1), (3, 4)]
@@ -82,12 +109,18 @@ def test_documents_are_assigned_by_their_matrix_and_images_re_placed(model, tiny
     images = [jpeg(path) for path in SAMPLE_IMAGES[:4]]
     sentences = CAPTIONS[:3]
     doc = Document(
-        id="doc", corpus="mmc4", source_url="http://pages.test/doc",
-        chunks=(ImageChunk("u0", data=images[0], scores={"matched_sim": 0.3}, meta={"image_index": 0}),
-                TextChunk(sentences[0]),
-                ImageChunk("u1", data=images[1], meta={"image_index": 1}), TextChunk(sentences[1]),
-                ImageChunk("u2", data=b"garbage", meta={"image_index": 2}),
-                ImageChunk("u3", data=images[3], meta={"image_index": 3}), TextChunk(sentences[2])),
+        id="doc",
+        corpus="mmc4",
+        source_url="http://pages.test/doc",
+        chunks=(
+            ImageChunk("u0", data=images[0], scores={"matched_sim": 0.3}, meta={"image_index": 0}),
+            TextChunk(sentences[0]),
+            ImageChunk("u1", data=images[1], meta={"image_index": 1}),
+            TextChunk(sentences[1]),
+            ImageChunk("u2", data=b"garbage", meta={"image_index": 2}),
+            ImageChunk("u3", data=images[3], meta={"image_index": 3}),
+            TextChunk(sentences[2]),
+        ),
     )
     matrix = np.stack([direct_scores(tiny_clip, [images[i]] * 3, sentences) for i in (0, 1, 3)])
     computed = clip.document_similarity(doc, model).matrix
@@ -101,7 +134,9 @@ def test_documents_are_assigned_by_their_matrix_and_images_re_placed(model, tiny
         before.setdefault(sentence, []).append(url)
     expected = [part for j, text in enumerate(sentences) for part in (*before.get(j, []), text)]
     assert [c.text if c.kind == "text" else c.url for c in scored.chunks] == expected
-    by_url = sorted(scored.images, key=lambda image: image.url)  # u0, u1, u3: the rows of the matrix
+    by_url = sorted(
+        scored.images, key=lambda image: image.url
+    )  # u0, u1, u3: the rows of the matrix
     for image, sentence, sim in zip(by_url, matched, sims):
         assert image.meta["clip_text_index"] == sentence
         assert image.scores[clip.SCORE] == clip.round_score(sim)
@@ -120,10 +155,17 @@ def test_documents_are_assigned_by_their_matrix_and_images_re_placed(model, tiny
     assert clip.score_documents([no_text], model)[0].reason == "clip_no_text"
 
 
-@pytest.mark.parametrize("model_arg, pretrained, message", [
-    ("ViT-B-32x", None, "unknown CLIP architecture 'ViT-B-32x' (did you mean ViT-B-32"),
-    ("ViT-B-32", "no-such-tag", "unknown pretrained tag 'no-such-tag' for CLIP architecture ViT-B-32 (known tags:"),
-])
+@pytest.mark.parametrize(
+    "model_arg, pretrained, message",
+    [
+        ("ViT-B-32x", None, "unknown CLIP architecture 'ViT-B-32x' (did you mean ViT-B-32"),
+        (
+            "ViT-B-32",
+            "no-such-tag",
+            "unknown pretrained tag 'no-such-tag' for CLIP architecture ViT-B-32 (known tags:",
+        ),
+    ],
+)
 def test_unknown_architecture_or_tag_is_one_line(model_arg, pretrained, message):
     with pytest.raises(clip.ClipModelError) as error:
         clip.load_clip(clip.ClipSettings(model=model_arg, pretrained=pretrained))
@@ -137,12 +179,15 @@ def test_checkpoint_errors_are_one_line(tiny_clip, tmp_path):  # noqa: F811
     garbage.write_bytes(b"this is not a checkpoint")
     with pytest.raises(clip.ClipModelError) as error:
         clip.load_clip(clip.clip_settings(tiny_clip.config_path, str(garbage)))
-    assert str(error.value).startswith(f"CLIP checkpoint is not readable: {garbage} (not a PyTorch or "
-                                       "safetensors state dict: ")
+    assert str(error.value).startswith(
+        f"CLIP checkpoint is not readable: {garbage} (not a PyTorch or safetensors state dict: "
+    )
     with pytest.raises(clip.ClipModelError) as error:
         clip.load_clip(clip.clip_settings(tiny_clip.config_path, tiny_clip.mismatched))
     message = str(error.value)
-    assert message.startswith(f"CLIP checkpoint {tiny_clip.mismatched} does not fit architecture {TINY_NAME}: ")
+    assert message.startswith(
+        f"CLIP checkpoint {tiny_clip.mismatched} does not fit architecture {TINY_NAME}: "
+    )
     assert "checkpoint [96" in message and "\n" not in message
 
 
@@ -199,9 +244,14 @@ def test_embeddings_parquet_round_trip(model):
 
 
 def test_docstring_arrays_for_scores_and_matrix():
-    np.testing.assert_allclose(clip.pair_scores(np.array([[1.0, 0.0], [0.6, 0.8]]), np.array([[0.6, 0.8], [0.6, 0.8]])),
-                               [0.6, 1.0])
     np.testing.assert_allclose(
-        clip.similarity_matrix(np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[0.6, 0.8], [1.0, 0.0], [0.0, 1.0]])),
-        [[0.6, 1.0, 0.0], [0.8, 0.0, 1.0]])
+        clip.pair_scores(np.array([[1.0, 0.0], [0.6, 0.8]]), np.array([[0.6, 0.8], [0.6, 0.8]])),
+        [0.6, 1.0],
+    )
+    np.testing.assert_allclose(
+        clip.similarity_matrix(
+            np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[0.6, 0.8], [1.0, 0.0], [0.0, 1.0]])
+        ),
+        [[0.6, 1.0, 0.0], [0.8, 0.0, 1.0]],
+    )
     assert [clip.embeddings_file_count(n) for n in (0, 100_000, 100_001)] == [1, 1, 2]

@@ -21,8 +21,13 @@ pytestmark = pytest.mark.timeout(60)
 # Loopback is let through the guard for these tests only through allow_networks,
 # so the guard itself stays on (and refuses every other private address).
 FAST = FetchSettings(
-    image_size=32, allow_networks=("127.0.0.1/32",), connect_timeout=2, read_timeout=0.5,
-    total_timeout=3, backoff_base=0.05, per_host_rate=0,
+    image_size=32,
+    allow_networks=("127.0.0.1/32",),
+    connect_timeout=2,
+    read_timeout=0.5,
+    total_timeout=3,
+    backoff_base=0.05,
+    per_host_rate=0,
 )
 
 FAULTS = {
@@ -100,7 +105,9 @@ def test_allow_private_urls_turns_the_guard_off(server):
 
 def test_retry_after_is_honoured(server):
     started = time.monotonic()
-    outcome = fetch_images([server.url("/retry-after/1/x.jpg")], FAST)[server.url("/retry-after/1/x.jpg")]
+    outcome = fetch_images([server.url("/retry-after/1/x.jpg")], FAST)[
+        server.url("/retry-after/1/x.jpg")
+    ]
     assert outcome.ok and outcome.attempts == 2
     assert time.monotonic() - started >= 1.0
     assert server.requests.count("/retry-after/1/x.jpg") == 2
@@ -143,21 +150,36 @@ def test_opt_out_is_decided_on_the_headers(server):
 @pytest.mark.slow
 def test_opt_out_can_be_turned_off(server):
     url = server.url("/noai/n.jpg")
-    assert fetch_images([url], dataclasses.replace(FAST, respect_opt_out=False, read_timeout=5, total_timeout=10))[url].ok
+    assert fetch_images(
+        [url], dataclasses.replace(FAST, respect_opt_out=False, read_timeout=5, total_timeout=10)
+    )[url].ok
 
 
-@pytest.mark.parametrize("tags, expected", [
-    (["noai"], True), (["noimageai"], True), (["noindex, nofollow"], True), (["NoImageIndex"], True),
-    (["all"], False), (["googlebot: noindex"], False), (["*: noai"], True), (["corpora: noindex"], True),
-    (["max-image-preview:large, noai"], True), (["unavailable_after: 25 Jun 2010 15:00:00 PST"], False),
-    (["nofollow", "noimageai"], True), ([], False),
-])
+@pytest.mark.parametrize(
+    "tags, expected",
+    [
+        (["noai"], True),
+        (["noimageai"], True),
+        (["noindex, nofollow"], True),
+        (["NoImageIndex"], True),
+        (["all"], False),
+        (["googlebot: noindex"], False),
+        (["*: noai"], True),
+        (["corpora: noindex"], True),
+        (["max-image-preview:large, noai"], True),
+        (["unavailable_after: 25 Jun 2010 15:00:00 PST"], False),
+        (["nofollow", "noimageai"], True),
+        ([], False),
+    ],
+)
 def test_opted_out(tags, expected):
     assert fetch.opted_out(tags) is expected
 
 
 def test_per_host_concurrency_cap_holds(server):
-    settings = dataclasses.replace(FAST, concurrency=16, per_host_concurrency=3, read_timeout=5, total_timeout=10)
+    settings = dataclasses.replace(
+        FAST, concurrency=16, per_host_concurrency=3, read_timeout=5, total_timeout=10
+    )
     urls = [server.url(f"/slow/0.5/{i}.jpg") for i in range(9)]  # read_timeout below is 5 s
     outcomes = fetch_images(urls, settings)
     assert all(o.ok for o in outcomes.values())
@@ -168,7 +190,9 @@ def test_per_host_concurrency_cap_holds(server):
 def test_many_requests_in_flight_and_connections_kept_alive(server):
     import threading
 
-    barrier = threading.Barrier(16, timeout=10)  # passes only if all 16 requests are in flight together
+    barrier = threading.Barrier(
+        16, timeout=10
+    )  # passes only if all 16 requests are in flight together
 
     def together(handler):
         try:
@@ -181,7 +205,9 @@ def test_many_requests_in_flight_and_connections_kept_alive(server):
     for i in range(16):
         server.route(f"/together/{i}.jpg", together)
         urls.append(server.url(f"/together/{i}.jpg"))
-    settings = dataclasses.replace(FAST, concurrency=16, per_host_concurrency=16, read_timeout=15, total_timeout=20)
+    settings = dataclasses.replace(
+        FAST, concurrency=16, per_host_concurrency=16, read_timeout=15, total_timeout=20
+    )
     assert all(o.ok for o in fetch_images(urls, settings).values())
     assert server.max_active == 16
     server.opened = 0
@@ -193,8 +219,13 @@ def test_many_requests_in_flight_and_connections_kept_alive(server):
 
 def test_user_agent_is_sent(server):
     seen = []
-    server.route("/ua", lambda handler: (seen.append(handler.headers["User-Agent"]),
-                                         handler.send_body(200, image_bytes(8, 8, "ua"), "image/jpeg")))
+    server.route(
+        "/ua",
+        lambda handler: (
+            seen.append(handler.headers["User-Agent"]),
+            handler.send_body(200, image_bytes(8, 8, "ua"), "image/jpeg"),
+        ),
+    )
     settings = dataclasses.replace(FAST, user_agent="mybot/1.0 (+https://example.org/bot)")
     assert fetch_images([server.url("/ua")], settings)[server.url("/ua")].ok
     assert seen == ["mybot/1.0 (+https://example.org/bot)"]
@@ -243,6 +274,7 @@ def test_palette_with_transparency_and_alpha_are_matted_on_white():
     palette = Image.new("P", (16, 16), 0)
     palette.putpalette([0, 0, 255] + [0, 0, 0] * 255)
     rgba = Image.new("RGBA", (16, 16), (255, 0, 0, 0))  # fully transparent red
+
     def centre(data: bytes) -> list[int]:
         return decoded(process_image(data, NO_RESIZE))[8, 8].tolist()
 
@@ -267,18 +299,31 @@ def test_size_and_aspect_checks():
 
 def test_resize_modes_and_quality():
     data = image_bytes(120, 60, "modes")
-    sizes = {mode: (r.width, r.height) for mode in fetch.RESIZE_MODES
-             for r in [process_image(data, dataclasses.replace(FAST, resize_mode=mode))]}
-    assert sizes == {"no": (120, 60), "border": (32, 32), "keep_ratio": (64, 32),
-                     "keep_ratio_largest": (32, 16), "center_crop": (32, 32)}
+    sizes = {
+        mode: (r.width, r.height)
+        for mode in fetch.RESIZE_MODES
+        for r in [process_image(data, dataclasses.replace(FAST, resize_mode=mode))]
+    }
+    assert sizes == {
+        "no": (120, 60),
+        "border": (32, 32),
+        "keep_ratio": (64, 32),
+        "keep_ratio_largest": (32, 16),
+        "center_crop": (32, 32),
+    }
     low = process_image(data, dataclasses.replace(FAST, jpeg_quality=20))
     high = process_image(data, dataclasses.replace(FAST, jpeg_quality=98))
     assert len(low.data) < len(high.data)
 
 
 def test_settings_reject_bad_values():
-    for change in ({"resize_mode": "stretch"}, {"jpeg_quality": 0}, {"concurrency": 0},
-                   {"allow_networks": ("not-a-network",)}, {"max_aspect_ratio": 0.5}):
+    for change in (
+        {"resize_mode": "stretch"},
+        {"jpeg_quality": 0},
+        {"concurrency": 0},
+        {"allow_networks": ("not-a-network",)},
+        {"max_aspect_ratio": 0.5},
+    ):
         with pytest.raises(ValueError):
             dataclasses.replace(FAST, **change)
 
@@ -291,15 +336,19 @@ def pair(url: str) -> Document:
 
 
 def test_attach_images_drops_a_pair_with_the_image_reason():
-    result = fetch.attach_images(pair("u"), {"u": ImageOutcome("u", reason="http_404", status=404)}, True)
+    result = fetch.attach_images(
+        pair("u"), {"u": ImageOutcome("u", reason="http_404", status=404)}, True
+    )
     assert isinstance(result, Drop) and result.reason == "http_404" and result.url == "u"
 
 
 def test_attach_images_keeps_an_interleaved_document_without_the_image():
     doc = Document("d", "mmc4", (ImageChunk("a"), TextChunk("t"), ImageChunk("b")))
     jpeg = process_image(image_bytes(40, 40, "x"), FAST)
-    results = {"a": ImageOutcome("a", reason="timeout"),
-               "b": ImageOutcome("b", jpeg.data, jpeg.width, jpeg.height, 40, 40, attempts=1)}
+    results = {
+        "a": ImageOutcome("a", reason="timeout"),
+        "b": ImageOutcome("b", jpeg.data, jpeg.width, jpeg.height, 40, 40, attempts=1),
+    }
     out = fetch.attach_images(doc, results, False)
     assert [c.kind for c in out.chunks] == ["text", "image"]
     assert out.chunks[1].width == 32 and out.chunks[1].sha256
@@ -353,7 +402,9 @@ def test_https_to_the_pinned_address_verifies_the_host(tmp_path, monkeypatch):
     import ssl
 
     cert, key = self_signed_cert(str(tmp_path))
-    monkeypatch.setattr(fetch, "_SSL_CONTEXT", ssl.create_default_context(cafile=cert))  # trust the test CA
+    monkeypatch.setattr(
+        fetch, "_SSL_CONTEXT", ssl.create_default_context(cafile=cert)
+    )  # trust the test CA
     with ImageServer(tls=(cert, key)) as https:
         url = https.url("/img/40x30/secure.jpg")
         outcome = fetch_images([url], FAST)[url]
@@ -366,13 +417,16 @@ def test_raw_non_ascii_and_spaces_are_percent_encoded_and_bad_urls_named(server)
     outcomes = fetch_images([good, bad_port, "http:///nohost.jpg"], FAST)
     assert outcomes[good].ok
     assert "/img/20x20/caf%C3%A9%20au%20lait.jpg" in server.requests
-    assert outcomes[bad_port].reason == "bad_url" and outcomes["http:///nohost.jpg"].reason == "bad_url"
+    assert (
+        outcomes[bad_port].reason == "bad_url"
+        and outcomes["http:///nohost.jpg"].reason == "bad_url"
+    )
 
 
 def test_corrupt_image_data_is_a_decode_error():
     data = bytearray(image_bytes(64, 64, "corrupt", "PNG"))
     start = data.index(b"IDAT") + 4
-    data[start:start + 40] = b"\x55" * 40  # wreck the compressed pixels (and the chunk's CRC)
+    data[start : start + 40] = b"\x55" * 40  # wreck the compressed pixels (and the chunk's CRC)
     result = process_image(bytes(data), FAST)
     assert result.reason == "decode_error" and result.detail
 
@@ -390,23 +444,28 @@ def test_docs_list_every_reason():
 
     with open(os.path.join(REPO, "docs", "fetch.md"), encoding="utf-8") as handle:
         table = [line for line in handle if line.startswith("| `")]
-    documented = {name for line in table for name in re.findall(r"`([a-z_0-9]+)`", line.split("|")[1])}
+    documented = {
+        name for line in table for name in re.findall(r"`([a-z_0-9]+)`", line.split("|")[1])
+    }
     assert set(fetch.REASONS) <= documented
     assert {r for r in FAULTS.values() if r} <= documented
 
 
-@pytest.mark.parametrize("address, public", [
-    ("93.184.216.34", True),
-    ("127.0.0.1", False),
-    ("10.1.2.3", False),
-    ("192.168.0.1", False),
-    ("172.16.5.4", False),
-    ("169.254.169.254", False),  # the cloud metadata address
-    ("224.0.0.1", False),
-    ("::1", False),
-    ("fe80::1", False),
-    ("::ffff:127.0.0.1", False),
-    ("2606:4700::1111", True),
-])
+@pytest.mark.parametrize(
+    "address, public",
+    [
+        ("93.184.216.34", True),
+        ("127.0.0.1", False),
+        ("10.1.2.3", False),
+        ("192.168.0.1", False),
+        ("172.16.5.4", False),
+        ("169.254.169.254", False),  # the cloud metadata address
+        ("224.0.0.1", False),
+        ("::1", False),
+        ("fe80::1", False),
+        ("::ffff:127.0.0.1", False),
+        ("2606:4700::1111", True),
+    ],
+)
 def test_address_safety(address, public):
     assert fetch.address_is_public(address) is public

@@ -15,7 +15,9 @@ def parse(obj) -> mmc4.Mmc4Document:
 
 
 def render(doc):
-    return [c.text if isinstance(c, TextChunk) else f"<{c.meta['image_index']}>" for c in doc.chunks]
+    return [
+        c.text if isinstance(c, TextChunk) else f"<{c.meta['image_index']}>" for c in doc.chunks
+    ]
 
 
 def test_interleaved_places_each_image_before_its_matched_sentence():
@@ -44,7 +46,9 @@ def test_document_whose_images_all_failed_is_dropped_unless_kept():
 def reasons(lines):
     out = []
     for line in lines:
-        parsed = mmc4.parse_line(line if isinstance(line, bytes) else line.encode(), "docs.jsonl", 1)
+        parsed = mmc4.parse_line(
+            line if isinstance(line, bytes) else line.encode(), "docs.jsonl", 1
+        )
         result = parsed if isinstance(parsed, Drop) else layouts.mmc4_document(parsed)
         out.append(result.reason if isinstance(result, Drop) else "kept")
     return out
@@ -52,8 +56,16 @@ def reasons(lines):
 
 def test_bad_mmc4_documents_each_have_their_own_reason():
     assert reasons(fixtures.mmc4_lines()) == [
-        "kept", "kept", "kept", "duplicate_matched_text_index", "more_images_than_sentences",
-        "empty_text_list", "no_images", "matched_text_index_out_of_range", "bad_json", "not_utf8",
+        "kept",
+        "kept",
+        "kept",
+        "duplicate_matched_text_index",
+        "more_images_than_sentences",
+        "empty_text_list",
+        "no_images",
+        "matched_text_index_out_of_range",
+        "bad_json",
+        "not_utf8",
     ]
 
 
@@ -108,7 +120,9 @@ def test_each_image_is_paired_with_only_its_matched_sentence():
 
 def test_bad_pairs_are_dropped_one_by_one():
     doc = Mmc4Document(
-        "d", "http://page", ("first.", "   ", "third."),
+        "d",
+        "http://page",
+        ("first.", "   ", "third."),
         (
             Mmc4Image("http://i/ok.jpg", 0, 0.3),
             Mmc4Image("http://i/range.jpg", 3, 0.3),
@@ -141,8 +155,20 @@ def _order(doc: Document) -> list[str]:
 
 def test_place_images_moves_each_image_before_its_new_sentence():
     image = lambda i: ImageChunk(f"u{i}", meta={"image_index": i})  # noqa: E731
-    doc = Document("d", "mmc4", (TextChunk("a."), image(0), TextChunk("b."), image(2), TextChunk("c."),
-                                 image(1), TextChunk("d.")), meta={"sentences": 4})
+    doc = Document(
+        "d",
+        "mmc4",
+        (
+            TextChunk("a."),
+            image(0),
+            TextChunk("b."),
+            image(2),
+            TextChunk("c."),
+            image(1),
+            TextChunk("d."),
+        ),
+        meta={"sentences": 4},
+    )
     # doc.images is [u0, u2, u1]: u0 → d., u2 → a., u1 → a. (two images before one sentence keep image_info order)
     placed = layouts.place_images(doc, [3, 0, 0])
     assert _order(placed) == ["u1", "u2", "a.", "b.", "c.", "u0", "d."]
@@ -158,7 +184,9 @@ def test_place_images_moves_each_image_before_its_new_sentence():
 
 
 def test_a_document_left_imageless_by_clip_is_dropped_with_that_reason():
-    doc = Document("d", "mmc4", (TextChunk("a."),), meta={"images_removed": {"clip_sim_below_min": 2}})
+    doc = Document(
+        "d", "mmc4", (TextChunk("a."),), meta={"images_removed": {"clip_sim_below_min": 2}}
+    )
     assert layouts.mmc4_interleaved(doc).reason == "no_images_after_clip"
     assert layouts.mmc4_reordered(doc).reason == "no_images_after_clip"
     assert layouts.mmc4_interleaved(doc, keep_imageless=True) is doc

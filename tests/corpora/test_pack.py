@@ -6,7 +6,8 @@ import zlib
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from corpora import pack
 from corpora.record import ImageChunk
@@ -20,7 +21,9 @@ def text_doc(name: str, ids: list[int]) -> TokenizedDocument:
     return TokenizedDocument(name, "c", np.array(ids, np.int32), spans, (), {"id": name})
 
 
-def make_doc(name: str, chunks: list[tuple[str, int]], tokens_per_image: int = 3) -> TokenizedDocument:
+def make_doc(
+    name: str, chunks: list[tuple[str, int]], tokens_per_image: int = 3
+) -> TokenizedDocument:
     """A document from ("text", n) and ("image", _) chunks; text ids are unique
     per document and position so that tests can see where every token went."""
     ids, spans, images = [BOS], [Span("bos", 0, 1)], []
@@ -30,18 +33,28 @@ def make_doc(name: str, chunks: list[tuple[str, int]], tokens_per_image: int = 3
         if kind == "image":
             ids += [IMAGE] * tokens_per_image
             spans.append(Span("image", start, len(ids), len(images)))
-            images.append(ImageChunk(f"http://x/{name}/{len(images)}.jpg", data=f"{name}:{len(images)}".encode()))
+            images.append(
+                ImageChunk(
+                    f"http://x/{name}/{len(images)}.jpg", data=f"{name}:{len(images)}".encode()
+                )
+            )
         else:
             ids += [base + len(ids) + i for i in range(n)]
             spans.append(Span("text", start, len(ids)))
     spans.append(Span("eos", len(ids), len(ids) + 1))
     ids.append(EOS)
     provenance = {"id": name, "images": [{"url": img.url} for img in images]}
-    return TokenizedDocument(name, "c", np.array(ids, np.int32), tuple(spans), tuple(images), provenance)
+    return TokenizedDocument(
+        name, "c", np.array(ids, np.int32), tuple(spans), tuple(images), provenance
+    )
 
 
 def test_docstring_example_exact_arrays():
-    a, b, c = text_doc("A", [1, 5, 6, 2]), text_doc("B", [1, 7, 7, 7, 2]), text_doc("C", [1, 9, 9, 2])
+    a, b, c = (
+        text_doc("A", [1, 5, 6, 2]),
+        text_doc("B", [1, 7, 7, 7, 2]),
+        text_doc("C", [1, 9, 9, 2]),
+    )
     sequences = list(pack.pack([a, b, c], seq_len=8, pad_id=0))
     assert len(sequences) == 2
     first, second = sequences
@@ -52,7 +65,11 @@ def test_docstring_example_exact_arrays():
     np.testing.assert_array_equal(second.segment_ids, [1, 1, 1, 1, 2, 2, 2, 2])
     np.testing.assert_array_equal(second.positions, [0, 1, 2, 3, 0, 1, 2, 3])
     assert [d["id"] for d in second.documents] == ["A", "C"]
-    assert all(arr.dtype == np.int32 for s in sequences for arr in (s.input_ids, s.segment_ids, s.positions))
+    assert all(
+        arr.dtype == np.int32
+        for s in sequences
+        for arr in (s.input_ids, s.segment_ids, s.positions)
+    )
     # the same documents packed greedily in order take one sequence more
     assert len(list(pack.pack_greedy([a, b, c], 8, 0))) == 3
 
@@ -69,13 +86,19 @@ def test_long_document_splits_before_an_image_not_inside_it():
     assert list(pieces[1].input_ids[:3]) == [IMAGE] * 3
     assert [img.data for img in pieces[1].images] == [b"d:0"] and pieces[0].images == ()
     assert [p.entry["piece"] for p in pieces] == [0, 1] and all(p.entry["split"] for p in pieces)
-    assert pieces[1].entry["images"] == [{"url": "http://x/d/0.jpg"}] and pieces[1].entry["image_tokens"] == 3
+    assert (
+        pieces[1].entry["images"] == [{"url": "http://x/d/0.jpg"}]
+        and pieces[1].entry["image_tokens"] == 3
+    )
 
 
 def test_text_is_cut_mid_text_only_when_it_alone_does_not_fit():
     # a 2-token text fits in a piece of its own: the cut falls at its start
     fits = make_doc("a", [("text", 3), ("text", 2)])  # bos 3 2 eos = 7 tokens
-    assert [(r.start, r.end) for r in pack.plan_document("a", fits.length, fits.spans, 5)] == [(0, 4), (4, 7)]
+    assert [(r.start, r.end) for r in pack.plan_document("a", fits.length, fits.spans, 5)] == [
+        (0, 4),
+        (4, 7),
+    ]
     # a 12-token text is longer than seq_len: it is cut, filling each piece
     long = make_doc("b", [("text", 12)])  # 14 tokens
     refs = pack.plan_document("b", long.length, long.spans, 5)
@@ -121,16 +144,29 @@ def test_pack_group_count_depends_on_documents_only():
     assert pack.pack_group_count(250_000, 7) == 7
 
 
-chunk = st.one_of(st.tuples(st.just("text"), st.integers(1, 40)), st.tuples(st.just("image"), st.just(0)))
+chunk = st.one_of(
+    st.tuples(st.just("text"), st.integers(1, 40)), st.tuples(st.just("image"), st.just(0))
+)
 documents = st.lists(st.lists(chunk, min_size=0, max_size=6), min_size=1, max_size=25)
 
 
 @settings(max_examples=150, deadline=None)
-@given(documents, st.integers(8, 48), st.integers(1, 5), st.integers(1, 8), st.integers(0, 3), st.booleans())
-def test_properties_on_random_documents(chunk_lists, seq_len, tokens_per_image, buffer_size, max_open, packed):
+@given(
+    documents,
+    st.integers(8, 48),
+    st.integers(1, 5),
+    st.integers(1, 8),
+    st.integers(0, 3),
+    st.booleans(),
+)
+def test_properties_on_random_documents(
+    chunk_lists, seq_len, tokens_per_image, buffer_size, max_open, packed
+):
     tokens_per_image = min(tokens_per_image, seq_len)
     docs = [make_doc(f"doc{i}", chunks, tokens_per_image) for i, chunks in enumerate(chunk_lists)]
-    sequences = list(pack.pack(docs, seq_len, PAD, packed=packed, buffer_size=buffer_size, max_open=max_open))
+    sequences = list(
+        pack.pack(docs, seq_len, PAD, packed=packed, buffer_size=buffer_size, max_open=max_open)
+    )
 
     seen_text: list[int] = []
     images: list[bytes] = []
@@ -142,14 +178,18 @@ def test_properties_on_random_documents(chunk_lists, seq_len, tokens_per_image, 
         k = int(segments.max())
         used = int((segments > 0).sum())
         # segment ids are 1..k in order, then 0 padding
-        expected = np.concatenate([np.full(d["tokens"], n, np.int32) for n, d in enumerate(s.documents, 1)]
-                                  + [np.zeros(seq_len - used, np.int32)])
+        expected = np.concatenate(
+            [np.full(d["tokens"], n, np.int32) for n, d in enumerate(s.documents, 1)]
+            + [np.zeros(seq_len - used, np.int32)]
+        )
         np.testing.assert_array_equal(segments, expected)
         assert k == len(s.documents) and (not packed or k >= 1)
         assert (s.input_ids[used:] == PAD).all() and (s.positions[used:] == 0).all()
         for n in range(1, k + 1):
             # positions restart at 0 for every segment
-            np.testing.assert_array_equal(s.positions[segments == n], np.arange((segments == n).sum()))
+            np.testing.assert_array_equal(
+                s.positions[segments == n], np.arange((segments == n).sum())
+            )
         # image slot runs are whole: runs of IMAGE inside a segment are multiples of tokens_per_image
         for n in range(1, k + 1):
             ids = s.input_ids[segments == n]
@@ -178,31 +218,89 @@ def test_properties_on_random_documents(chunk_lists, seq_len, tokens_per_image, 
         count = len(pack.plan_document(d.id, d.length, d.spans, seq_len))
         assert sorted(pieces_of[d.id]) == list(range(count))
     # a pure function of the input: packing again gives the same arrays
-    again = list(pack.pack(docs, seq_len, PAD, packed=packed, buffer_size=buffer_size, max_open=max_open))
+    again = list(
+        pack.pack(docs, seq_len, PAD, packed=packed, buffer_size=buffer_size, max_open=max_open)
+    )
     assert [s.input_ids.tobytes() for s in again] == [s.input_ids.tobytes() for s in sequences]
 
 
 def test_shard_format_doc_example():
     """The worked example of docs/shard-format.md, exactly."""
-    image = ImageChunk("https://example.com/cat.jpg", data=b"jpeg", width=336, height=336, sha256="9f2c...")
+    image = ImageChunk(
+        "https://example.com/cat.jpg", data=b"jpeg", width=336, height=336, sha256="9f2c..."
+    )
     a = TokenizedDocument(
-        "mmc4p-3f1c", "mmc4-pairs", np.array([1, 1000, 1000, 1000, 17, 18, 2], np.int32),
-        (Span("bos", 0, 1), Span("image", 1, 4, 0), Span("text", 4, 6), Span("eos", 6, 7)), (image,),
-        {"id": "mmc4p-3f1c", "corpus": "mmc4-pairs", "url": "https://example.com/page",
-         "images": [{"url": image.url, "sha256": "9f2c...", "width": 336, "height": 336}]})
+        "mmc4p-3f1c",
+        "mmc4-pairs",
+        np.array([1, 1000, 1000, 1000, 17, 18, 2], np.int32),
+        (Span("bos", 0, 1), Span("image", 1, 4, 0), Span("text", 4, 6), Span("eos", 6, 7)),
+        (image,),
+        {
+            "id": "mmc4p-3f1c",
+            "corpus": "mmc4-pairs",
+            "url": "https://example.com/page",
+            "images": [{"url": image.url, "sha256": "9f2c...", "width": 336, "height": 336}],
+        },
+    )
     b = TokenizedDocument(
-        "mmc4p-8a0d", "mmc4-pairs", np.array([1, 25, 26, 27, 2], np.int32),
-        (Span("bos", 0, 1), Span("text", 1, 4), Span("eos", 4, 5)), (),
-        {"id": "mmc4p-8a0d", "corpus": "mmc4-pairs", "images": []})
+        "mmc4p-8a0d",
+        "mmc4-pairs",
+        np.array([1, 25, 26, 27, 2], np.int32),
+        (Span("bos", 0, 1), Span("text", 1, 4), Span("eos", 4, 5)),
+        (),
+        {"id": "mmc4p-8a0d", "corpus": "mmc4-pairs", "images": []},
+    )
     (sequence,) = pack.pack([b, a], seq_len=16, pad_id=0)
-    assert sequence.input_ids.tolist() == [1, 1000, 1000, 1000, 17, 18, 2, 1, 25, 26, 27, 2, 0, 0, 0, 0]
+    assert sequence.input_ids.tolist() == [
+        1,
+        1000,
+        1000,
+        1000,
+        17,
+        18,
+        2,
+        1,
+        25,
+        26,
+        27,
+        2,
+        0,
+        0,
+        0,
+        0,
+    ]
     assert sequence.segment_ids.tolist() == [1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 0, 0, 0, 0]
     assert sequence.positions.tolist() == [0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 0, 0, 0, 0]
     assert sequence.images == (b"jpeg",)
     assert list(sequence.documents) == [
-        {"corpus": "mmc4-pairs", "id": "mmc4p-3f1c", "image_tokens": 3,
-         "images": [{"height": 336, "sha256": "9f2c...", "url": "https://example.com/cat.jpg", "width": 336}],
-         "piece": 0, "pieces": 1, "segment": 1, "split": False, "tokens": 7, "url": "https://example.com/page"},
-        {"corpus": "mmc4-pairs", "id": "mmc4p-8a0d", "image_tokens": 0, "images": [],
-         "piece": 0, "pieces": 1, "segment": 2, "split": False, "tokens": 5},
+        {
+            "corpus": "mmc4-pairs",
+            "id": "mmc4p-3f1c",
+            "image_tokens": 3,
+            "images": [
+                {
+                    "height": 336,
+                    "sha256": "9f2c...",
+                    "url": "https://example.com/cat.jpg",
+                    "width": 336,
+                }
+            ],
+            "piece": 0,
+            "pieces": 1,
+            "segment": 1,
+            "split": False,
+            "tokens": 7,
+            "url": "https://example.com/page",
+        },
+        {
+            "corpus": "mmc4-pairs",
+            "id": "mmc4p-8a0d",
+            "image_tokens": 0,
+            "images": [],
+            "piece": 0,
+            "pieces": 1,
+            "segment": 2,
+            "split": False,
+            "tokens": 5,
+        },
     ]

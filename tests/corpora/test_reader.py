@@ -25,13 +25,17 @@ def image_doc(name: str, text: int, images: int) -> TokenizedDocument:
     for i in range(images):
         spans.append(Span("image", len(ids), len(ids) + PER_IMAGE, i))
         ids += [IMAGE] * PER_IMAGE
-        chunks.append(ImageChunk(f"http://img/{name}/{i}.jpg", data=image_bytes(16 + i, 12, f"{name}{i}")))
+        chunks.append(
+            ImageChunk(f"http://img/{name}/{i}.jpg", data=image_bytes(16 + i, 12, f"{name}{i}"))
+        )
     spans.append(Span("text", len(ids), len(ids) + text))
     ids += [3 + (len(ids) + j) % 200 for j in range(text)]
     spans.append(Span("eos", len(ids), len(ids) + 1))
     ids.append(2)
     provenance = {"id": name, "corpus": "mmc4-pairs", "images": [{"url": c.url} for c in chunks]}
-    return TokenizedDocument(name, "mmc4-pairs", np.array(ids, np.int32), tuple(spans), tuple(chunks), provenance)
+    return TokenizedDocument(
+        name, "mmc4-pairs", np.array(ids, np.int32), tuple(spans), tuple(chunks), provenance
+    )
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +43,9 @@ def build(tmp_path_factory) -> str:
     """Two shards written by the core: the first five samples hold one image
     each (long one-image documents packed first), a later one holds two."""
     out = str(tmp_path_factory.mktemp("build"))
-    docs = [image_doc(f"long{i}", 24, 1) for i in range(6)] + [image_doc(f"pair{i}", 3, 1) for i in range(2)]
+    docs = [image_doc(f"long{i}", 24, 1) for i in range(6)] + [
+        image_doc(f"pair{i}", 3, 1) for i in range(2)
+    ]
     docs.append(image_doc("two", 2, 2))
     sequences = list(pack.pack(docs, SEQ_LEN, PAD))
     per_shard = 4
@@ -48,11 +54,22 @@ def build(tmp_path_factory) -> str:
         shard = index // per_shard
         name = shards.shard_name("mmc4-pairs", shard)
         with open(os.path.join(out, name), "wb") as stream:
-            info = shards.write_shard(stream, [(shards.sample_key("mmc4-pairs", shard, i), s)
-                                               for i, s in enumerate(sequences[index:index + per_shard])])
+            info = shards.write_shard(
+                stream,
+                [
+                    (shards.sample_key("mmc4-pairs", shard, i), s)
+                    for i, s in enumerate(sequences[index : index + per_shard])
+                ],
+            )
         infos.append({"index": shard, "path": name, **info})
-    settings = BuildSettings("mmc4-pairs", ("in.jsonl",), out, seq_len=SEQ_LEN, tokens_per_image=PER_IMAGE,
-                             samples_per_shard=per_shard)
+    settings = BuildSettings(
+        "mmc4-pairs",
+        ("in.jsonl",),
+        out,
+        seq_len=SEQ_LEN,
+        tokens_per_image=PER_IMAGE,
+        samples_per_shard=per_shard,
+    )
     tokenizer = TokenizerInfo("t.model", "0" * 64, 500, 1, 2, PAD, IMAGE, PER_IMAGE)
     kept = len(docs)
     manifest = build_manifest(settings, tokenizer, infos, kept, kept, {})
@@ -65,7 +82,9 @@ def test_reader_yields_arrays_decoded_images_and_provenance(build):
     manifest = reader.load_manifest(build)
     samples = list(reader.iter_samples(reader.shard_urls(build)))
     assert len(samples) == manifest["totals"]["samples"]
-    expected = [s for shard in manifest["shards"] for s in read_tar(os.path.join(build, shard["path"]))]
+    expected = [
+        s for shard in manifest["shards"] for s in read_tar(os.path.join(build, shard["path"]))
+    ]
     for sample, raw in zip(samples, expected):
         assert sample.key == raw["__key__"]
         np.testing.assert_array_equal(sample.input_ids, raw["input_ids.npy"])
@@ -78,10 +97,12 @@ def test_reader_yields_arrays_decoded_images_and_provenance(build):
         if d["id"] == "two":
             break
         before += len(d["images"])
-    assert [im.size for im in two.images[before:before + 2]] == [(16, 12), (17, 12)]
+    assert [im.size for im in two.images[before : before + 2]] == [(16, 12), (17, 12)]
     # brace patterns expand, as in the manifest
     pattern = os.path.join(build, manifest["shard_pattern"])
-    assert [s.key for s in reader.iter_samples(pattern, decode_images=False)] == [s.key for s in samples]
+    assert [s.key for s in reader.iter_samples(pattern, decode_images=False)] == [
+        s.key for s in samples
+    ]
 
 
 def test_verify_shard_checks_count_and_sha256(build, tmp_path):
@@ -125,13 +146,22 @@ def test_hugging_face_datasets_loads_with_the_manifest_features(build, tmp_path)
 
     # left to infer from the first five samples, HF keeps only img000.jpg and
     # silently loses the other images of later samples
-    inferred = datasets.load_dataset("webdataset", data_files={"train": files}, split="train",
-                                     cache_dir=str(tmp_path / "inferred"))
+    inferred = datasets.load_dataset(
+        "webdataset",
+        data_files={"train": files},
+        split="train",
+        cache_dir=str(tmp_path / "inferred"),
+    )
     assert [k for k in inferred.features if k.startswith("img")] == ["img000.jpg"]
 
     features = reader.hf_features(manifest)
-    dataset = datasets.load_dataset("webdataset", data_files={"train": files}, split="train",
-                                    features=features, cache_dir=str(tmp_path / "cache"))
+    dataset = datasets.load_dataset(
+        "webdataset",
+        data_files={"train": files},
+        split="train",
+        features=features,
+        cache_dir=str(tmp_path / "cache"),
+    )
     assert len(dataset) == manifest["totals"]["samples"]
     rows = list(dataset)
     assert [sum(r[f"img{i:03d}.jpg"] is not None for i in range(4)) for r in rows] == counts

@@ -7,9 +7,18 @@ from PIL import Image
 from corpora import report, stats
 from corpora.stats import StatsAccumulator, TokenIds, sequence_values
 
-MANIFEST = {"corpus": "coyo", "seq_len": 12, "tokens_per_image": 2, "image_token_id": 9, "bos_id": 1, "eos_id": 2,
-            "pad_id": 0, "shard_pattern": "coyo-000000.tar", "image_size": 64,
-            "funnel": {"unit": "pair", "input": 3, "kept": 1, "dropped": {"http_404": 1, "bad_json": 1}}}
+MANIFEST = {
+    "corpus": "coyo",
+    "seq_len": 12,
+    "tokens_per_image": 2,
+    "image_token_id": 9,
+    "bos_id": 1,
+    "eos_id": 2,
+    "pad_id": 0,
+    "shard_pattern": "coyo-000000.tar",
+    "image_size": 64,
+    "funnel": {"unit": "pair", "input": 3, "kept": 1, "dropped": {"http_404": 1, "bad_json": 1}},
+}
 
 
 def _jpeg(width: int, height: int) -> bytes:
@@ -25,25 +34,43 @@ def _sample() -> dict:
         "input_ids": np.array([1, 9, 9, 5, 6, 2, 0, 0, 0, 0, 0, 0]),
         "segment_ids": np.array([1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0]),
         "images": [_jpeg(400, 300)],
-        "json": {"documents": [{"id": "doc<1>", "segment": 1, "url": "https://x.org/?a=<b>&c",
-                                "images": [{"scores": {"clip_similarity_vitb32": 0.31}}], "split": False}]},
+        "json": {
+            "documents": [
+                {
+                    "id": "doc<1>",
+                    "segment": 1,
+                    "url": "https://x.org/?a=<b>&c",
+                    "images": [{"scores": {"clip_similarity_vitb32": 0.31}}],
+                    "split": False,
+                }
+            ]
+        },
     }
 
 
 def _stats(manifest: dict) -> dict:
     sample = _sample()
-    acc = StatsAccumulator().add(sequence_values(sample["input_ids"], sample["segment_ids"],
-                                                 sample["json"]["documents"], TokenIds.from_manifest(manifest)))
+    acc = StatsAccumulator().add(
+        sequence_values(
+            sample["input_ids"],
+            sample["segment_ids"],
+            sample["json"]["documents"],
+            TokenIds.from_manifest(manifest),
+        )
+    )
     return stats.finalize(acc, manifest)
 
 
 def test_gallery_puts_each_thumbnail_where_its_slots_are():
-    page = report.render_report(_stats(MANIFEST), MANIFEST, [_sample()], decode=lambda ids: f"TEXT{list(ids)}")
+    page = report.render_report(
+        _stats(MANIFEST), MANIFEST, [_sample()], decode=lambda ids: f"TEXT{list(ids)}"
+    )
     flow = re.search(r'<div class="flow">(.*?)</div>', page).group(1)
-    order = re.findall(r'&lt;s&gt;|<img [^>]*>|TEXT\[5, 6\]|&lt;/s&gt;', flow)
+    order = re.findall(r"&lt;s&gt;|<img [^>]*>|TEXT\[5, 6\]|&lt;/s&gt;", flow)
     assert [o[:5] for o in order] == ["&lt;s", "<img ", "TEXT[", "&lt;/"]
     thumb = re.search(r'src="data:image/jpeg;base64,([^"]+)"', flow).group(1)
     import base64
+
     with Image.open(io.BytesIO(base64.b64decode(thumb))) as image:
         assert image.size == (160, 120)  # the longer side scaled to THUMBNAIL
     assert '<div class="pad">padding: 6 tokens</div>' in page
@@ -62,10 +89,16 @@ def test_the_page_is_self_contained_and_escapes_source_text():
 
 def test_charts_funnel_and_reference_column():
     page = report.render_report(_stats(MANIFEST), MANIFEST, [])
-    assert page.count('<svg class="chart histogram"') == 4  # text tokens, images, documents per sequence, score
+    assert (
+        page.count('<svg class="chart histogram"') == 4
+    )  # text tokens, images, documents per sequence, score
     funnel = re.search(r'<figure id="funnel">(.*?)</figure>', page).group(1)
-    assert re.findall(r'<title>([^<]*)</title></rect>', funnel) == [
-        "input pairs: 3 (100.0%)", "dropped: bad_json: 1 (33.3%)", "dropped: http_404: 1 (33.3%)", "kept: 1 (33.3%)"]
+    assert re.findall(r"<title>([^<]*)</title></rect>", funnel) == [
+        "input pairs: 3 (100.0%)",
+        "dropped: bad_json: 1 (33.3%)",
+        "dropped: http_404: 1 (33.3%)",
+        "kept: 1 (33.3%)",
+    ]
     summary = re.search(r'<table id="summary">(.*?)</table>', page).group(1)
     assert "VILA Table 2" in summary
     row = re.search(r"<tr><td>text tokens per image</td>(.*?)</tr>", summary).group(1)

@@ -6,7 +6,8 @@ import math
 import random
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from corpora import select
 from corpora.record import Document, Drop
@@ -14,7 +15,7 @@ from corpora.record import Document, Drop
 
 def brute_force(items, fraction):
     ordered = sorted(items, key=lambda item: (-item[0], item[1]))
-    return [record_id for _, record_id in ordered[:select.target_count(len(items), fraction)]]
+    return [record_id for _, record_id in ordered[: select.target_count(len(items), fraction)]]
 
 
 def test_docstring_example_keeps_exactly_a_b_c():
@@ -38,7 +39,9 @@ def test_keeps_exactly_the_rounded_count(fraction, expected):
 
 @settings(max_examples=200, deadline=None)
 @given(
-    scores=st.lists(st.sampled_from([-0.3, 0.1, 0.1000001, 0.25, 0.2500004, 0.3, 0.31, 0.9]), max_size=60),
+    scores=st.lists(
+        st.sampled_from([-0.3, 0.1, 0.1000001, 0.25, 0.2500004, 0.3, 0.31, 0.9]), max_size=60
+    ),
     fraction=st.floats(0.0, 1.0),
     resolution=st.sampled_from([1e-4, 0.05, 10.0]),
 )
@@ -48,7 +51,11 @@ def test_matches_a_full_sort_for_any_scores_fraction_and_bucket_width(scores, fr
 
 
 @settings(max_examples=100, deadline=None)
-@given(scores=st.lists(st.floats(-1, 1), min_size=1, max_size=80), parts=st.integers(1, 7), seed=st.integers(0, 99))
+@given(
+    scores=st.lists(st.floats(-1, 1), min_size=1, max_size=80),
+    parts=st.integers(1, 7),
+    seed=st.integers(0, 99),
+)
 def test_histogram_does_not_depend_on_how_records_are_split(scores, parts, seed):
     shuffled = scores[:]
     random.Random(seed).shuffle(shuffled)

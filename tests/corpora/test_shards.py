@@ -14,7 +14,9 @@ from tests.corpora.test_reader import image_doc
 
 def _write(sequences) -> tuple[bytes, dict]:
     stream = io.BytesIO()
-    info = shards.write_shard(stream, [(shards.sample_key("c", 0, i), s) for i, s in enumerate(sequences)])
+    info = shards.write_shard(
+        stream, [(shards.sample_key("c", 0, i), s) for i, s in enumerate(sequences)]
+    )
     return stream.getvalue(), info
 
 
@@ -25,11 +27,22 @@ def test_members_have_fixed_metadata_and_order_and_bytes_repeat():
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         members = tar.getmembers()
     assert [m.name for m in members] == [
-        "c-000000-000000.input_ids.npy", "c-000000-000000.segment_ids.npy", "c-000000-000000.positions.npy",
-        "c-000000-000000.img000.jpg", "c-000000-000000.img001.jpg", "c-000000-000000.json",
+        "c-000000-000000.input_ids.npy",
+        "c-000000-000000.segment_ids.npy",
+        "c-000000-000000.positions.npy",
+        "c-000000-000000.img000.jpg",
+        "c-000000-000000.img001.jpg",
+        "c-000000-000000.json",
     ]
-    assert {(m.mtime, m.uid, m.gid, m.uname, m.gname, m.mode) for m in members} == {(0, 0, 0, "", "", 0o444)}
-    assert (info["samples"], info["documents"], info["images"], info["max_images_per_sample"]) == (1, 2, 2, 2)
+    assert {(m.mtime, m.uid, m.gid, m.uname, m.gname, m.mode) for m in members} == {
+        (0, 0, 0, "", "", 0o444)
+    }
+    assert (info["samples"], info["documents"], info["images"], info["max_images_per_sample"]) == (
+        1,
+        2,
+        2,
+        2,
+    )
     # the same documents in a fresh packer give the same bytes
     assert _write(list(pack.pack([image_doc("a", 5, 2), image_doc("b", 10, 0)], 32, 0)))[0] == data
 

@@ -15,9 +15,14 @@ IDS = TokenIds(image_token_id=9, bos_id=1, eos_id=2, tokens_per_image=2)
 
 def test_sequence_values_classifies_every_token_of_a_segment():
     values = sequence_values(
-        np.array([1, 9, 9, 5, 6, 2, 1, 7, 2, 0]), np.array([1, 1, 1, 1, 1, 1, 2, 2, 2, 0]),
-        [{"id": "a", "segment": 1, "images": [{"scores": {"matched_sim": 0.31}}]}, {"id": "b", "segment": 2}],
-        IDS)
+        np.array([1, 9, 9, 5, 6, 2, 1, 7, 2, 0]),
+        np.array([1, 1, 1, 1, 1, 1, 2, 2, 2, 0]),
+        [
+            {"id": "a", "segment": 1, "images": [{"scores": {"matched_sim": 0.31}}]},
+            {"id": "b", "segment": 2},
+        ],
+        IDS,
+    )
     assert values.tokens == 10 and values.padding_tokens == 1
     a, b = values.pieces
     assert (a.id, a.text_tokens, a.image_tokens, a.special_tokens, a.images) == ("a", 2, 2, 2, 1)
@@ -27,23 +32,42 @@ def test_sequence_values_classifies_every_token_of_a_segment():
 
 def test_padding_is_segment_zero_even_when_pad_id_is_a_text_id():
     # pad_id 0 is also <unk>: a 0 inside a segment is text, a 0 in segment 0 is padding
-    values = sequence_values(np.array([1, 0, 2, 0]), np.array([1, 1, 1, 0]), [{"id": "a", "segment": 1}], IDS)
+    values = sequence_values(
+        np.array([1, 0, 2, 0]), np.array([1, 1, 1, 0]), [{"id": "a", "segment": 1}], IDS
+    )
     assert values.padding_tokens == 1 and values.pieces[0].text_tokens == 1
 
 
 def test_image_failures_count_once_per_document_not_per_piece():
-    entry = {"id": "a", "segment": 1, "pieces": 2, "meta": {"image_failures": [{"reason": "http_404"}]}}
+    entry = {
+        "id": "a",
+        "segment": 1,
+        "pieces": 2,
+        "meta": {"image_failures": [{"reason": "http_404"}]},
+    }
     first = sequence_values(np.array([1, 5]), np.array([1, 1]), [{**entry, "piece": 0}], IDS)
     second = sequence_values(np.array([6, 2]), np.array([1, 1]), [{**entry, "piece": 1}], IDS)
     acc = StatsAccumulator().add(first).add(second)
     assert acc.image_failures == {"http_404": 1}
-    assert acc.documents == 1 and acc.split_documents == 1 and acc.text_tokens_per_document == {2: 1}
+    assert (
+        acc.documents == 1 and acc.split_documents == 1 and acc.text_tokens_per_document == {2: 1}
+    )
 
 
 def test_distribution_docstring_example_exactly():
     assert distribution({1: 2, 3: 1, 10: 1}) == {
-        "count": 4, "sum": 15, "mean": 3.75, "min": 1, "max": 10, "median": 2.0, "p5": 1, "p95": 10,
-        "histogram": {"edges": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], "counts": [2, 0, 1, 0, 0, 0, 0, 0, 0, 1]},
+        "count": 4,
+        "sum": 15,
+        "mean": 3.75,
+        "min": 1,
+        "max": 10,
+        "median": 2.0,
+        "p5": 1,
+        "p95": 10,
+        "histogram": {
+            "edges": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
+            "counts": [2, 0, 1, 0, 0, 0, 0, 0, 0, 1],
+        },
     }
     assert distribution({}) is None
 
@@ -67,7 +91,10 @@ def test_distribution_agrees_with_numpy(values):
     assert dist["p95"] == np.percentile(array, 95, method="inverted_cdf")
     counts, _ = np.histogram(array, bins=dist["histogram"]["edges"])
     assert dist["histogram"]["counts"] == counts.tolist()
-    assert dist["histogram"]["edges"][0] == array.min() and dist["histogram"]["edges"][-1] > array.max()
+    assert (
+        dist["histogram"]["edges"][0] == array.min()
+        and dist["histogram"]["edges"][-1] > array.max()
+    )
 
 
 def _split_corpus() -> list[stats.SequenceValues]:
@@ -80,8 +107,13 @@ def _split_corpus() -> list[stats.SequenceValues]:
             n = rng.randint(1, 5)
             ids += [1] + [9, 9] * (k % 2) + [5] * n + [2]
             segs += [k] * (2 + 2 * (k % 2) + n)
-            documents.append({"id": f"d{s}-{k}", "segment": k,
-                              "images": [{"scores": {"matched_sim": rng.random()}}] * (k % 2)})
+            documents.append(
+                {
+                    "id": f"d{s}-{k}",
+                    "segment": k,
+                    "images": [{"scores": {"matched_sim": rng.random()}}] * (k % 2),
+                }
+            )
         if s < 3:
             ids += [5, 5, 9, 9]
             segs += [3] * 4
@@ -120,28 +152,55 @@ def test_a_split_document_missing_pieces_is_counted_with_the_pieces_seen():
         acc.add(values)
     result = stats.finalize(acc, {"corpus": "x"}, whole_build=False)
     assert result["packing"]["incomplete_documents"] == 1
-    assert result["funnel"] is None and result["image_fetch"] is None and result["scope"] == "shards"
+    assert (
+        result["funnel"] is None and result["image_fetch"] is None and result["scope"] == "shards"
+    )
 
 
 def test_funnel_and_fetch_sections_from_the_manifest():
     acc = StatsAccumulator()
     acc.images, acc.image_failures["timeout"] = 6, 1
-    manifest = {"corpus": "mmc4", "funnel": {"unit": "document", "input": 10, "kept": 5,
-                                             "dropped": {"bad_json": 2, "http_404": 2, "not_image": 1}}}
+    manifest = {
+        "corpus": "mmc4",
+        "funnel": {
+            "unit": "document",
+            "input": 10,
+            "kept": 5,
+            "dropped": {"bad_json": 2, "http_404": 2, "not_image": 1},
+        },
+    }
     result = stats.finalize(acc, manifest)
     assert result["funnel"] == {
-        "unit": "document", "input": 10, "kept": 5, "kept_share": 0.5,
-        "dropped": [{"reason": "bad_json", "count": 2, "share": 0.2}, {"reason": "http_404", "count": 2, "share": 0.2},
-                    {"reason": "not_image", "count": 1, "share": 0.1}],
+        "unit": "document",
+        "input": 10,
+        "kept": 5,
+        "kept_share": 0.5,
+        "dropped": [
+            {"reason": "bad_json", "count": 2, "share": 0.2},
+            {"reason": "http_404", "count": 2, "share": 0.2},
+            {"reason": "not_image", "count": 1, "share": 0.1},
+        ],
     }
     fetch = result["image_fetch"]
-    assert (fetch["attempted"], fetch["fetched"], fetch["failed"], fetch["success_rate"]) == (10, 6, 4, 0.6)
+    assert (fetch["attempted"], fetch["fetched"], fetch["failed"], fetch["success_rate"]) == (
+        10,
+        6,
+        4,
+        0.6,
+    )
     assert [f["reason"] for f in fetch["failures"]] == ["http_404", "not_image", "timeout"]
-    assert result["reference"]["values"] == {"text_tokens_per_image": 122.5, "images_per_document": 4.0}
+    assert result["reference"]["values"] == {
+        "text_tokens_per_image": 122.5,
+        "images_per_document": 4.0,
+    }
 
 
 def test_vila_reference_only_for_coyo_and_mmc4():
-    for corpus, expected in (("coyo", {"text_tokens_per_image": 22.7}), ("mmc4-pairs", None), ("c4", None)):
+    for corpus, expected in (
+        ("coyo", {"text_tokens_per_image": 22.7}),
+        ("mmc4-pairs", None),
+        ("c4", None),
+    ):
         reference = stats.finalize(StatsAccumulator(), {"corpus": corpus})["reference"]
         assert (reference and reference["values"]) == expected
 
@@ -156,23 +215,50 @@ def test_format_table_shows_the_headline_figures():
     acc = StatsAccumulator()
     for values in _split_corpus():
         acc.add(values)
-    table = stats.format_table(stats.finalize(acc, {"corpus": "mmc4", "seq_len": 64, "tokens_per_image": 2,
-                                                    "funnel": {"unit": "document", "input": 13, "kept": 13}}))
+    table = stats.format_table(
+        stats.finalize(
+            acc,
+            {
+                "corpus": "mmc4",
+                "seq_len": 64,
+                "tokens_per_image": 2,
+                "funnel": {"unit": "document", "input": 13, "kept": 13},
+            },
+        )
+    )
     lines = table.splitlines()
     assert lines[0] == "mmc4: seq_len 64, 2 tokens per image"
-    assert any(line.split()[:4] == ["text", "tokens", "per", "image"] and line.split()[-1] == "122.5"
-               for line in lines)
+    assert any(
+        line.split()[:4] == ["text", "tokens", "per", "image"] and line.split()[-1] == "122.5"
+        for line in lines
+    )
     assert any(line.startswith("documents split") and "1 (7.7%)" in line for line in lines)
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda d: os.path.join(d, "nothing"), "not found"),
-    (lambda d: d, "no manifest.json"),
-    (lambda d: _write(d, "manifest.json", "[1]"), "not a corpora manifest"),
-    (lambda d: _write(d, "manifest.json", json.dumps(
-        {"image_token_id": 9, "bos_id": 1, "eos_id": 2, "tokens_per_image": 2, "shards": [{"path": "x.tar"}]})),
-     "missing"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda d: os.path.join(d, "nothing"), "not found"),
+        (lambda d: d, "no manifest.json"),
+        (lambda d: _write(d, "manifest.json", "[1]"), "not a corpora manifest"),
+        (
+            lambda d: _write(
+                d,
+                "manifest.json",
+                json.dumps(
+                    {
+                        "image_token_id": 9,
+                        "bos_id": 1,
+                        "eos_id": 2,
+                        "tokens_per_image": 2,
+                        "shards": [{"path": "x.tar"}],
+                    }
+                ),
+            ),
+            "missing",
+        ),
+    ],
+)
 def test_resolve_rejects_what_is_not_a_build(tmp_path, make, message):
     with pytest.raises(stats.StatsInputError, match=message):
         stats.resolve(make(str(tmp_path)))
@@ -187,8 +273,14 @@ def _write(directory: str, name: str, text: str) -> str:
 
 @pytest.mark.parametrize("content, message", [(b"garbage\n", "truncated header"), (b"", "")])
 def test_an_unreadable_shard_is_a_stats_input_error(tmp_path, content, message):
-    manifest = {"corpus": "x", "image_token_id": 9, "bos_id": 1, "eos_id": 2, "tokens_per_image": 2,
-                "shards": [{"path": "x-000000.tar"}]}
+    manifest = {
+        "corpus": "x",
+        "image_token_id": 9,
+        "bos_id": 1,
+        "eos_id": 2,
+        "tokens_per_image": 2,
+        "shards": [{"path": "x-000000.tar"}],
+    }
     _write(str(tmp_path), "manifest.json", json.dumps(manifest))
     (tmp_path / "x-000000.tar").write_bytes(content)
     with pytest.raises(stats.StatsInputError, match=f"unreadable shard .*x-000000.tar: {message}"):

@@ -12,14 +12,21 @@ def test_document_becomes_bos_image_slots_text_eos(tokenizer_path):
     assert (info.bos_id, info.eos_id, info.pad_id) == (1, 2, 0)
     assert info.image_token_id == info.vocab_size  # first id past the vocabulary
     text_ids = tokenizer.encode("The cat sleeps.")
-    doc = Document("d1", "mmc4-pairs", (ImageChunk("http://x/a.jpg", data=b"jpeg"), TextChunk("The cat sleeps.")))
+    doc = Document(
+        "d1",
+        "mmc4-pairs",
+        (ImageChunk("http://x/a.jpg", data=b"jpeg"), TextChunk("The cat sleeps.")),
+    )
     tokenized = tokenize_document(doc, tokenizer)
     expected = [1] + [info.image_token_id] * 3 + text_ids + [2]
     np.testing.assert_array_equal(tokenized.input_ids, np.array(expected, dtype=np.int32))
     assert tokenized.input_ids.dtype == np.int32
     n = len(text_ids)
     assert tokenized.spans == (
-        Span("bos", 0, 1), Span("image", 1, 4, 0), Span("text", 4, 4 + n), Span("eos", 4 + n, 5 + n),
+        Span("bos", 0, 1),
+        Span("image", 1, 4, 0),
+        Span("text", 4, 4 + n),
+        Span("eos", 4 + n, 5 + n),
     )
     assert (tokenized.text_tokens, tokenized.image_tokens) == (n, 3)
     assert tokenized.provenance["images"][0]["url"] == "http://x/a.jpg"

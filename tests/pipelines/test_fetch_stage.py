@@ -25,17 +25,38 @@ def server():
 
 
 def mmc4_lines(path: str, image_urls: list[str]) -> str:
-    rows = [{"url": f"https://page.example/{i}", "text_list": ["A cup of coffee.", "The cat sleeps."],
-             "image_info": [{"raw_url": url, "image_name": f"{i}.jpg", "matched_text_index": 1,
-                             "matched_sim": 0.3}]}
-            for i, url in enumerate(image_urls)]
+    rows = [
+        {
+            "url": f"https://page.example/{i}",
+            "text_list": ["A cup of coffee.", "The cat sleeps."],
+            "image_info": [
+                {
+                    "raw_url": url,
+                    "image_name": f"{i}.jpg",
+                    "matched_text_index": 1,
+                    "matched_sim": 0.3,
+                }
+            ],
+        }
+        for i, url in enumerate(image_urls)
+    ]
     return write_jsonl(path, rows)
 
 
-def smoke_settings(inputs: str, output: str, tokenizer: str, **fetch_changes) -> build_settings.BuildSettings:
-    settings = build_settings.smoke(build_settings.mmc4_pairs((inputs,), output, tokenizer=tokenizer))
-    fetch = dataclasses.replace(settings.fetch, allow_networks=("127.0.0.1/32",), read_timeout=2,
-                                backoff_base=0.05, progress_interval=0, **fetch_changes)
+def smoke_settings(
+    inputs: str, output: str, tokenizer: str, **fetch_changes
+) -> build_settings.BuildSettings:
+    settings = build_settings.smoke(
+        build_settings.mmc4_pairs((inputs,), output, tokenizer=tokenizer)
+    )
+    fetch = dataclasses.replace(
+        settings.fetch,
+        allow_networks=("127.0.0.1/32",),
+        read_timeout=2,
+        backoff_base=0.05,
+        progress_interval=0,
+        **fetch_changes,
+    )
     return settings.replace(fetch=fetch)
 
 
@@ -49,28 +70,51 @@ def test_accounting_and_retrying_exactly_the_failed_urls(server, tokenizer_path,
             handler.send_body(404, b"", "text/plain")
 
     server.route("/flaky.jpg", flaky)
-    urls = [server.url("/img/80x60/a.jpg"), server.url("/img/70x70/b.jpg"), server.url("/flaky.jpg"),
-            server.url("/noai/n.jpg"), server.url("/text/page")]
+    urls = [
+        server.url("/img/80x60/a.jpg"),
+        server.url("/img/70x70/b.jpg"),
+        server.url("/flaky.jpg"),
+        server.url("/noai/n.jpg"),
+        server.url("/text/page"),
+    ]
     inputs = mmc4_lines(str(tmp_path / "docs.jsonl"), urls)
 
     first = run_build(smoke_settings(inputs, str(tmp_path / "first"), tokenizer_path))
     assert first["funnel"]["dropped"] == {"http_404": 1, "opted_out": 1, "not_image": 1}
     assert first["funnel"]["kept"] == 2
-    assert first["images"] == {"input": 5, "ok": 2, "failures_file": FAILURES,
-                               "failed": {"http_404": 1, "opted_out": 1, "not_image": 1}}
+    assert first["images"] == {
+        "input": 5,
+        "ok": 2,
+        "failures_file": FAILURES,
+        "failed": {"http_404": 1, "opted_out": 1, "not_image": 1},
+    }
     rows = pq.read_table(str(tmp_path / "first" / FAILURES)).to_pylist()
-    assert sorted(rows, key=lambda r: r["url"]) == sorted([
-        {"url": urls[2], "reason": "http_404", "status": 404, "attempts": 1},
-        {"url": urls[3], "reason": "opted_out", "status": 200, "attempts": 1},
-        {"url": urls[4], "reason": "not_image", "status": 200, "attempts": 1},
-    ], key=lambda r: r["url"])
+    assert sorted(rows, key=lambda r: r["url"]) == sorted(
+        [
+            {"url": urls[2], "reason": "http_404", "status": 404, "attempts": 1},
+            {"url": urls[3], "reason": "opted_out", "status": 200, "attempts": 1},
+            {"url": urls[4], "reason": "not_image", "status": 200, "attempts": 1},
+        ],
+        key=lambda r: r["url"],
+    )
 
     healthy["now"] = True
     server.requests.clear()
-    retry = run_build(smoke_settings(inputs, str(tmp_path / "retry"), tokenizer_path,
-                                     retry_failures=str(tmp_path / "first" / FAILURES),
-                                     retry_reasons=("http_404",)))
-    assert retry["funnel"] == {"unit": "pair", "input": 5, "kept": 1, "dropped": {"not_in_retry_list": 4}}
+    retry = run_build(
+        smoke_settings(
+            inputs,
+            str(tmp_path / "retry"),
+            tokenizer_path,
+            retry_failures=str(tmp_path / "first" / FAILURES),
+            retry_reasons=("http_404",),
+        )
+    )
+    assert retry["funnel"] == {
+        "unit": "pair",
+        "input": 5,
+        "kept": 1,
+        "dropped": {"not_in_retry_list": 4},
+    }
     assert retry["images"]["input"] == 1 and retry["images"]["ok"] == 1
     assert server.requests == ["/flaky.jpg"]  # nothing else was fetched again
     samples = read_tar(str(tmp_path / "retry" / "mmc4-pairs-000000.tar"))
@@ -81,12 +125,29 @@ def test_accounting_and_retrying_exactly_the_failed_urls(server, tokenizer_path,
 
 
 def test_cli_guard_on_sends_no_request_and_shows_progress(server, tokenizer_path, tmp_path):
-    urls = [server.url("/img/80x60/a.jpg"), server.url("/status/500"),
-            server.url("/redirect?to=http://169.254.169.254/"), "ftp://example.com/x.jpg"]
+    urls = [
+        server.url("/img/80x60/a.jpg"),
+        server.url("/status/500"),
+        server.url("/redirect?to=http://169.254.169.254/"),
+        "ftp://example.com/x.jpg",
+    ]
     inputs = mmc4_lines(str(tmp_path / "docs.jsonl"), urls)
     out = tmp_path / "out"
-    result = run_cli("build", "mmc4-pairs", "--input", inputs, "--output", str(out), "--smoke",
-                     "--tokenizer", tokenizer_path, "--workers", "1", "--progress-every", "0.001")
+    result = run_cli(
+        "build",
+        "mmc4-pairs",
+        "--input",
+        inputs,
+        "--output",
+        str(out),
+        "--smoke",
+        "--tokenizer",
+        tokenizer_path,
+        "--workers",
+        "1",
+        "--progress-every",
+        "0.001",
+    )
     assert result.returncode == 0, result.stderr
     assert server.requests == [] and server.opened == 0
     manifest = load_manifest(str(out))
@@ -100,11 +161,22 @@ def test_cli_guard_on_sends_no_request_and_shows_progress(server, tokenizer_path
 def test_cli_bad_fetch_flags_are_one_line_usage_errors(tokenizer_path, tmp_path):
     inputs = mmc4_lines(str(tmp_path / "docs.jsonl"), ["http://example.com/a.jpg"])
     (tmp_path / "not.parquet").write_text("url,reason\n")
-    for flags, message in ((["--retry-failures", str(tmp_path / "missing.parquet")], "cannot read failures file"),
-                           (["--retry-failures", str(tmp_path / "not.parquet")], "cannot read failures file"),
-                           (["--allow-network", "10.0.0.0/99"], "not an IP network")):
-        result = run_cli("build", "mmc4-pairs", "--input", inputs, "--output", str(tmp_path / "o"),
-                         "--tokenizer", tokenizer_path, *flags)
+    for flags, message in (
+        (["--retry-failures", str(tmp_path / "missing.parquet")], "cannot read failures file"),
+        (["--retry-failures", str(tmp_path / "not.parquet")], "cannot read failures file"),
+        (["--allow-network", "10.0.0.0/99"], "not an IP network"),
+    ):
+        result = run_cli(
+            "build",
+            "mmc4-pairs",
+            "--input",
+            inputs,
+            "--output",
+            str(tmp_path / "o"),
+            "--tokenizer",
+            tokenizer_path,
+            *flags,
+        )
         assert result.returncode == 2, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr
 
@@ -114,16 +186,25 @@ def test_every_fault_in_a_beam_build_balances(server, tokenizer_path, tmp_path):
 
     with ImageServer("127.0.0.2") as other:
         urls = [server.url(path) for path in FAULTS] + [
-            server.url("/redirect?to=" + other.url("/img/10x10/o.jpg")), "gopher://example.com/x"]
+            server.url("/redirect?to=" + other.url("/img/10x10/o.jpg")),
+            "gopher://example.com/x",
+        ]
         inputs = mmc4_lines(str(tmp_path / "docs.jsonl"), urls)
         settings = smoke_settings(inputs, str(tmp_path / "out"), tokenizer_path)
-        settings = settings.replace(fetch=dataclasses.replace(settings.fetch, read_timeout=0.5, total_timeout=3))
+        settings = settings.replace(
+            fetch=dataclasses.replace(settings.fetch, read_timeout=0.5, total_timeout=3)
+        )
         manifest = run_build(settings)
         assert other.requests == []
     expected = {}
     for reason in [r for r in FAULTS.values() if r] + ["blocked_address", "bad_scheme"]:
         expected[reason] = expected.get(reason, 0) + 1
     ok = sum(1 for r in FAULTS.values() if r is None)
-    assert manifest["funnel"] == {"unit": "pair", "input": len(urls), "kept": ok, "dropped": expected}
+    assert manifest["funnel"] == {
+        "unit": "pair",
+        "input": len(urls),
+        "kept": ok,
+        "dropped": expected,
+    }
     assert manifest["images"]["failed"] == expected and manifest["images"]["ok"] == ok
     assert pq.read_table(str(tmp_path / "out" / FAILURES)).num_rows == len(urls) - ok

@@ -29,7 +29,12 @@ def test_counters_come_from_beams_metrics_of_a_real_run():
 def test_throughput_is_over_the_wall_time_of_the_run():
     manifest = {"funnel": {"input": 100}, "totals": {"documents": 80, "bytes": 4_000_000}}
     rates = BuildOutcome(manifest, {"images.ok": 60}, seconds=20.0).throughput()
-    assert rates == {"input_per_s": 5.0, "documents_per_s": 4.0, "images_per_s": 3.0, "megabytes_per_s": 0.2}
+    assert rates == {
+        "input_per_s": 5.0,
+        "documents_per_s": 4.0,
+        "images_per_s": 3.0,
+        "megabytes_per_s": 0.2,
+    }
 
 
 def test_progress_prints_elapsed_time_and_complete_shards_until_the_build_ends():

@@ -9,7 +9,8 @@ import shutil
 import numpy as np
 import pytest
 
-from corpora import reader, settings as build_settings
+from corpora import reader
+from corpora import settings as build_settings
 from corpora.sample import materialize_sample
 from pipelines.build import run_build
 from tests.helpers import load_manifest, read_tar, run_cli
@@ -26,8 +27,11 @@ def _settings(tmp_path, output: str, **overrides) -> build_settings.BuildSetting
 
 
 def _files(directory: str) -> dict[str, bytes]:
-    return {name: open(os.path.join(directory, name), "rb").read() for name in sorted(os.listdir(directory))
-            if os.path.isfile(os.path.join(directory, name))}
+    return {
+        name: open(os.path.join(directory, name), "rb").read()
+        for name in sorted(os.listdir(directory))
+        if os.path.isfile(os.path.join(directory, name))
+    }
 
 
 def test_one_and_two_workers_write_identical_shards_and_manifest(tmp_path):
@@ -39,10 +43,19 @@ def test_one_and_two_workers_write_identical_shards_and_manifest(tmp_path):
     second = run_build(settings, workers=2)
     two = _files(output)
 
-    assert sorted(one) == sorted(two) == sorted(
-        ["manifest.json", "stats.json", "failures.parquet"] + [s["path"] for s in first["shards"]])
+    assert (
+        sorted(one)
+        == sorted(two)
+        == sorted(
+            ["manifest.json", "stats.json", "failures.parquet"]
+            + [s["path"] for s in first["shards"]]
+        )
+    )
     for name in one:
-        if name not in ("manifest.json", "failures.parquet"):  # shards and stats.json: byte for byte
+        if name not in (
+            "manifest.json",
+            "failures.parquet",
+        ):  # shards and stats.json: byte for byte
             assert one[name] == two[name], name
     strip = lambda m: {k: v for k, v in m.items() if k != "created"}  # noqa: E731
     assert strip(first) == strip(second)
@@ -72,15 +85,33 @@ def test_one_and_two_workers_write_identical_shards_and_manifest(tmp_path):
 def test_no_pack_writes_one_piece_per_sample_through_the_cli(tmp_path):
     sample = materialize_sample(str(tmp_path / "input"))
     output = str(tmp_path / "unpacked")
-    result = run_cli("build", "mmc4-pairs", "--input", sample, "--output", output, "--smoke",
-                     "--no-pack", "--workers", "1")
+    result = run_cli(
+        "build",
+        "mmc4-pairs",
+        "--input",
+        sample,
+        "--output",
+        output,
+        "--smoke",
+        "--no-pack",
+        "--workers",
+        "1",
+    )
     assert result.returncode == 0, result.stderr
     manifest = load_manifest(output)
-    samples = [s for shard in manifest["shards"] for s in read_tar(os.path.join(output, shard["path"]))]
+    samples = [
+        s for shard in manifest["shards"] for s in read_tar(os.path.join(output, shard["path"]))
+    ]
     assert len(samples) == manifest["funnel"]["kept"] == 8
     for s in samples:
         assert len(s["json"]["documents"]) == 1
         assert set(np.unique(s["segment_ids.npy"])) == {0, 1}
-        assert s["__members__"] == ["input_ids.npy", "segment_ids.npy", "positions.npy", "img000.jpg", "json"]
+        assert s["__members__"] == [
+            "input_ids.npy",
+            "segment_ids.npy",
+            "positions.npy",
+            "img000.jpg",
+            "json",
+        ]
     assert manifest["settings"]["pack"] is False
     assert not [n for n in os.listdir(output) if ".tmp" in n]

@@ -22,17 +22,39 @@ from tests.beam_services import python_env
 from tests.generated import mmc4_documents, write_mmc4
 from tests.helpers import load_manifest, read_tar, run_cli
 
-SMALL = ("--seq-len", "64", "--tokens-per-image", "4", "--image-size", "32", "--allow-private-urls",
-         "--progress-every", "0")
+SMALL = (
+    "--seq-len",
+    "64",
+    "--tokens-per-image",
+    "4",
+    "--image-size",
+    "32",
+    "--allow-private-urls",
+    "--progress-every",
+    "0",
+)
 
 
 def _build_args(docs: str, output: str, tokenizer: str, *extra: str) -> list[str]:
-    return ["build", "mmc4-pairs", "--input", docs, "--output", output, "--tokenizer", tokenizer,
-            *SMALL, *extra]
+    return [
+        "build",
+        "mmc4-pairs",
+        "--input",
+        docs,
+        "--output",
+        output,
+        "--tokenizer",
+        tokenizer,
+        *SMALL,
+        *extra,
+    ]
 
 
 def _shards(output: str) -> dict[str, bytes]:
-    return {os.path.basename(p): open(p, "rb").read() for p in sorted(glob.glob(os.path.join(output, "*.tar")))}
+    return {
+        os.path.basename(p): open(p, "rb").read()
+        for p in sorted(glob.glob(os.path.join(output, "*.tar")))
+    }
 
 
 def _markers(output: str) -> list[str]:
@@ -42,8 +64,13 @@ def _markers(output: str) -> list[str]:
 def _kill_partway(args: list[str], output: str) -> subprocess.Popen:
     """Start the build and SIGKILL its whole process group as soon as the first
     shard is complete."""
-    process = subprocess.Popen([sys.executable, "-m", "cli.main", *args], env=python_env(),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", *args],
+        env=python_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 300
         while not _markers(output) and process.poll() is None and time.monotonic() < deadline:
@@ -57,10 +84,16 @@ def _kill_partway(args: list[str], output: str) -> subprocess.Popen:
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_sigkill_then_same_command_finishes_only_missing_shards(tmp_path, image_server, tokenizer_path):
-    docs = write_mmc4(str(tmp_path / "docs.jsonl"), mmc4_documents(40, image_server.base, broken_every=9))
+def test_sigkill_then_same_command_finishes_only_missing_shards(
+    tmp_path, image_server, tokenizer_path
+):
+    docs = write_mmc4(
+        str(tmp_path / "docs.jsonl"), mmc4_documents(40, image_server.base, broken_every=9)
+    )
     reference = str(tmp_path / "reference")
-    done = run_cli(*_build_args(docs, reference, tokenizer_path, "--samples-per-shard", "1", "--workers", "1"))
+    done = run_cli(
+        *_build_args(docs, reference, tokenizer_path, "--samples-per-shard", "1", "--workers", "1")
+    )
     assert done.returncode == 0, done.stderr
     expected = _shards(reference)
     assert len(expected) > 10
@@ -69,12 +102,14 @@ def test_sigkill_then_same_command_finishes_only_missing_shards(tmp_path, image_
     args = _build_args(docs, output, tokenizer_path, "--samples-per-shard", "1", "--workers", "1")
     for _attempt in range(3):  # the kill must land while some, not all, shards are written
         killed = _kill_partway(args, output)
-        complete = {os.path.basename(p)[:-len(".json")] for p in _markers(output)}
+        complete = {os.path.basename(p)[: -len(".json")] for p in _markers(output)}
         if killed.returncode == -signal.SIGKILL and 0 < len(complete) < len(expected):
             break
         shutil.rmtree(output)  # landed outside the window: start over
     assert 0 < len(complete) < len(expected), "could not interrupt the build while it wrote shards"
-    assert not os.path.exists(os.path.join(output, "manifest.json"))  # written last, only when complete
+    assert not os.path.exists(
+        os.path.join(output, "manifest.json")
+    )  # written last, only when complete
     before = {name: os.stat(os.path.join(output, name)) for name in complete}
 
     resumed = run_cli(*args)
@@ -87,10 +122,18 @@ def test_sigkill_then_same_command_finishes_only_missing_shards(tmp_path, image_
         assert (after.st_ino, after.st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns)
     assert not glob.glob(os.path.join(output, "*.tmp-*"))  # half-written attempts cleaned up
 
-    ids = [doc["id"] for name in sorted(expected) for sample in read_tar(os.path.join(output, name))
-           for doc in sample["json"]["documents"]]
-    reference_ids = [doc["id"] for name in sorted(expected) for sample in read_tar(os.path.join(reference, name))
-                     for doc in sample["json"]["documents"]]
+    ids = [
+        doc["id"]
+        for name in sorted(expected)
+        for sample in read_tar(os.path.join(output, name))
+        for doc in sample["json"]["documents"]
+    ]
+    reference_ids = [
+        doc["id"]
+        for name in sorted(expected)
+        for sample in read_tar(os.path.join(reference, name))
+        for doc in sample["json"]["documents"]
+    ]
     assert len(ids) == len(set(ids))  # no duplicate sample
     assert sorted(ids) == sorted(reference_ids)  # no missing one
     manifest, reference_manifest = load_manifest(output), load_manifest(reference)
@@ -103,13 +146,20 @@ def test_sigkill_then_same_command_finishes_only_missing_shards(tmp_path, image_
 def test_changed_settings_are_refused_unless_overwrite(tmp_path, tokenizer_path):
     output = str(tmp_path / "out")
     tokenizer = Tokenizer(tokenizer_path, 4).info
-    first = mmc4_pairs(("docs.jsonl",), output, tokenizer=tokenizer_path, seq_len=64, tokens_per_image=4)
+    first = mmc4_pairs(
+        ("docs.jsonl",), output, tokenizer=tokenizer_path, seq_len=64, tokens_per_image=4
+    )
     resume.prepare_output(first, tokenizer)
     (tmp_path / "out" / "mmc4-pairs-000000.tar").write_bytes(b"old shard")
 
-    assert resume.prepare_output(first, tokenizer) == {"removed": 0, "complete_shards": 0}  # same build: resume
+    assert resume.prepare_output(first, tokenizer) == {
+        "removed": 0,
+        "complete_shards": 0,
+    }  # same build: resume
     changed = first.replace(seq_len=128)
-    with pytest.raises(core_resume.SettingsChanged, match=r"settings.seq_len: 64 -> 128.*--overwrite"):
+    with pytest.raises(
+        core_resume.SettingsChanged, match=r"settings.seq_len: 64 -> 128.*--overwrite"
+    ):
         resume.prepare_output(changed, tokenizer)
     assert (tmp_path / "out" / "mmc4-pairs-000000.tar").exists()  # refused: nothing touched
 
@@ -124,7 +174,9 @@ def test_output_with_unrecorded_files_is_refused(tmp_path, tokenizer_path):
     output = tmp_path / "out"
     output.mkdir()
     (output / "manifest.json").write_text("{}")
-    settings = mmc4_pairs(("docs.jsonl",), str(output), tokenizer=tokenizer_path, seq_len=64, tokens_per_image=4)
+    settings = mmc4_pairs(
+        ("docs.jsonl",), str(output), tokenizer=tokenizer_path, seq_len=64, tokens_per_image=4
+    )
     with pytest.raises(core_resume.SettingsChanged, match="no record of their settings"):
         resume.prepare_output(settings, Tokenizer(tokenizer_path, 4).info)
 
@@ -138,7 +190,11 @@ def test_cli_refuses_changed_settings_with_one_line(tmp_path, tokenizer_path):
     result = run_cli(*_build_args(docs, output, tokenizer_path, "--seq-len", "128"))
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "holds a build with other settings" in lines[0] and "--overwrite" in lines[0]
+    assert (
+        len(lines) == 1
+        and "holds a build with other settings" in lines[0]
+        and "--overwrite" in lines[0]
+    )
 
 
 def test_shards_past_the_end_of_the_finished_build_are_removed(tmp_path):
@@ -147,11 +203,15 @@ def test_shards_past_the_end_of_the_finished_build_are_removed(tmp_path):
     for index in range(4):
         (output / f"coyo-{index:06d}.tar").write_bytes(b"shard")
         (output / core_resume.marker_name(f"coyo-{index:06d}.tar")).write_text("{}")
-    removed = resume.remove_stale_shards(str(output), "coyo", ["coyo-000000.tar", "coyo-000001.tar"])
+    removed = resume.remove_stale_shards(
+        str(output), "coyo", ["coyo-000000.tar", "coyo-000001.tar"]
+    )
     assert removed == 2
     assert sorted(p.name for p in output.glob("*.tar")) == ["coyo-000000.tar", "coyo-000001.tar"]
     assert sorted(p.name for p in (output / core_resume.SHARD_MARKERS).iterdir()) == [
-        "coyo-000000.tar.json", "coyo-000001.tar.json"]
+        "coyo-000000.tar.json",
+        "coyo-000001.tar.json",
+    ]
 
 
 def test_temporaries_of_interrupted_attempts_are_removed(tmp_path):

@@ -28,8 +28,21 @@ from tests.beam_services import job_service, worker_pool
 from tests.generated import mmc4_documents, write_mmc4
 from tests.helpers import load_manifest, run_cli
 
-SMALL = ("--seq-len", "64", "--tokens-per-image", "4", "--image-size", "32", "--allow-private-urls",
-         "--samples-per-shard", "3", "--pack-groups", "3", "--progress-every", "0")
+SMALL = (
+    "--seq-len",
+    "64",
+    "--tokens-per-image",
+    "4",
+    "--image-size",
+    "32",
+    "--allow-private-urls",
+    "--samples-per-shard",
+    "3",
+    "--pack-groups",
+    "3",
+    "--progress-every",
+    "0",
+)
 
 
 def test_direct_runner_runs_multi_process_with_workers():
@@ -37,33 +50,62 @@ def test_direct_runner_runs_multi_process_with_workers():
     assert options.view_as(StandardOptions).runner == "DirectRunner"
     assert options.view_as(DirectOptions).direct_num_workers == 3
     assert options.view_as(DirectOptions).direct_running_mode == "multi_processing"
-    threads = pipeline_options(RunnerSettings(workers=3, beam_args=("--direct_running_mode=multi_threading",)))
+    threads = pipeline_options(
+        RunnerSettings(workers=3, beam_args=("--direct_running_mode=multi_threading",))
+    )
     assert threads.view_as(DirectOptions).direct_running_mode == "multi_threading"
 
 
 def test_portable_spark_and_flink_flags_map_onto_beam_options():
-    portable = pipeline_options(RunnerSettings(runner="PortableRunner", job_endpoint="jobs:8099",
-                                               environment_type="external", environment_config="pool:50000"))
+    portable = pipeline_options(
+        RunnerSettings(
+            runner="PortableRunner",
+            job_endpoint="jobs:8099",
+            environment_type="external",
+            environment_config="pool:50000",
+        )
+    )
     assert portable.view_as(PortableOptions).job_endpoint == "jobs:8099"
     assert portable.view_as(PortableOptions).environment_type == "EXTERNAL"
     assert portable.view_as(PortableOptions).environment_config == "pool:50000"
 
-    spark = pipeline_options(RunnerSettings(runner="SparkRunner", spark_master_url="spark://m:7077",
-                                            job_server_jar="/opt/beam-spark-job-server.jar", workers=4))
+    spark = pipeline_options(
+        RunnerSettings(
+            runner="SparkRunner",
+            spark_master_url="spark://m:7077",
+            job_server_jar="/opt/beam-spark-job-server.jar",
+            workers=4,
+        )
+    )
     assert spark.view_as(SparkRunnerOptions).spark_master_url == "spark://m:7077"
-    assert spark.view_as(SparkRunnerOptions).spark_job_server_jar == "/opt/beam-spark-job-server.jar"
+    assert (
+        spark.view_as(SparkRunnerOptions).spark_job_server_jar == "/opt/beam-spark-job-server.jar"
+    )
     assert int(spark.view_as(PortableOptions).sdk_worker_parallelism) == 4  # Beam keeps it a string
 
-    flink = pipeline_options(RunnerSettings(runner="FlinkRunner", flink_master="m:8081",
-                                            job_server_jar="/opt/beam-flink-job-server.jar"))
+    flink = pipeline_options(
+        RunnerSettings(
+            runner="FlinkRunner",
+            flink_master="m:8081",
+            job_server_jar="/opt/beam-flink-job-server.jar",
+        )
+    )
     assert flink.view_as(FlinkRunnerOptions).flink_master == "m:8081"
-    assert flink.view_as(FlinkRunnerOptions).flink_job_server_jar == "/opt/beam-flink-job-server.jar"
+    assert (
+        flink.view_as(FlinkRunnerOptions).flink_job_server_jar == "/opt/beam-flink-job-server.jar"
+    )
 
 
 def test_dataflow_flags_stage_the_project_package_and_beam_args_win():
-    options = pipeline_options(RunnerSettings(
-        runner="DataflowRunner", project="p", region="europe-west4", temp_location="gs://b/tmp",
-        beam_args=("--region=us-central1", "--s3_region_name=eu-west-1")))
+    options = pipeline_options(
+        RunnerSettings(
+            runner="DataflowRunner",
+            project="p",
+            region="europe-west4",
+            temp_location="gs://b/tmp",
+            beam_args=("--region=us-central1", "--s3_region_name=eu-west-1"),
+        )
+    )
     cloud = options.view_as(GoogleCloudOptions)
     assert (cloud.project, cloud.region, cloud.temp_location) == ("p", "us-central1", "gs://b/tmp")
     assert options.view_as(SetupOptions).setup_file == PYPROJECT
@@ -76,25 +118,60 @@ def test_the_package_is_staged_only_to_workers_that_lack_it():
 
     assert staged(runner="SparkRunner") == PYPROJECT  # Beam's default DOCKER workers
     assert staged(runner="FlinkRunner", environment_type="PROCESS") == PYPROJECT
-    assert staged(runner="PortableRunner", job_endpoint="j:8099", environment_type="LOOPBACK") is None
-    assert staged(runner="FlinkRunner", environment_type="EXTERNAL", environment_config="localhost:50000") is None
-    assert staged(runner="DataflowRunner", project="p", region="r", temp_location="gs://b/t",
-                  beam_args=("--sdk_container_image=europe-docker.pkg.dev/p/corpora/gpu:1",)) is None
+    assert (
+        staged(runner="PortableRunner", job_endpoint="j:8099", environment_type="LOOPBACK") is None
+    )
+    assert (
+        staged(
+            runner="FlinkRunner", environment_type="EXTERNAL", environment_config="localhost:50000"
+        )
+        is None
+    )
+    assert (
+        staged(
+            runner="DataflowRunner",
+            project="p",
+            region="r",
+            temp_location="gs://b/t",
+            beam_args=("--sdk_container_image=europe-docker.pkg.dev/p/corpora/gpu:1",),
+        )
+        is None
+    )
     assert staged(workers=2) is None
 
 
-@pytest.mark.parametrize("settings, message", [
-    (dict(runner="PortableRunner"), "PortableRunner needs --job-endpoint"),
-    (dict(runner="DataflowRunner", project="p"), "DataflowRunner needs --region, --temp-location"),
-    (dict(runner="DataflowRunner", project="p", region="r", temp_location="/tmp/x"), "must be a gs:// path"),
-    (dict(job_endpoint="jobs:8099"), "--job-endpoint does not apply to DirectRunner"),
-    (dict(runner="FlinkRunner", spark_master_url="spark://m:7077"), "does not apply to FlinkRunner"),
-    (dict(environment_type="LOOPBACK"), "--environment-type does not apply to DirectRunner"),
-    (dict(runner="DataflowRunner", project="p", region="r", temp_location="gs://b/t", environment_type="DOCKER"),
-     "--environment-type does not apply to DataflowRunner"),
-    (dict(runner="SamzaRunner"), "unknown runner"),
-    (dict(workers=0), "at least 1"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(runner="PortableRunner"), "PortableRunner needs --job-endpoint"),
+        (
+            dict(runner="DataflowRunner", project="p"),
+            "DataflowRunner needs --region, --temp-location",
+        ),
+        (
+            dict(runner="DataflowRunner", project="p", region="r", temp_location="/tmp/x"),
+            "must be a gs:// path",
+        ),
+        (dict(job_endpoint="jobs:8099"), "--job-endpoint does not apply to DirectRunner"),
+        (
+            dict(runner="FlinkRunner", spark_master_url="spark://m:7077"),
+            "does not apply to FlinkRunner",
+        ),
+        (dict(environment_type="LOOPBACK"), "--environment-type does not apply to DirectRunner"),
+        (
+            dict(
+                runner="DataflowRunner",
+                project="p",
+                region="r",
+                temp_location="gs://b/t",
+                environment_type="DOCKER",
+            ),
+            "--environment-type does not apply to DataflowRunner",
+        ),
+        (dict(runner="SamzaRunner"), "unknown runner"),
+        (dict(workers=0), "at least 1"),
+    ],
+)
 def test_runner_flags_that_cannot_work_are_refused(settings, message):
     with pytest.raises(RunnerError, match=message):
         RunnerSettings(**settings)
@@ -106,19 +183,28 @@ def test_required_flags_may_come_as_beam_options():
 
 @pytest.mark.integration
 def test_cli_reports_a_missing_job_endpoint_in_one_line(tmp_path):
-    result = run_cli("build", "mmc4-pairs", "--output", str(tmp_path / "out"), "--runner", "PortableRunner")
+    result = run_cli(
+        "build", "mmc4-pairs", "--output", str(tmp_path / "out"), "--runner", "PortableRunner"
+    )
     assert result.returncode == 2
     assert result.stderr.strip() == "corpora: PortableRunner needs --job-endpoint"
 
 
 def _shard_bytes(output: str) -> dict[str, bytes]:
-    return {os.path.basename(p): open(p, "rb").read() for p in sorted(glob.glob(os.path.join(output, "*.tar")))}
+    return {
+        os.path.basename(p): open(p, "rb").read()
+        for p in sorted(glob.glob(os.path.join(output, "*.tar")))
+    }
 
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_portable_runner_builds_the_same_bytes_as_the_direct_runner(tmp_path, image_server, tokenizer_path):
-    docs = write_mmc4(str(tmp_path / "docs.jsonl"), mmc4_documents(12, image_server.base, broken_every=7))
+def test_portable_runner_builds_the_same_bytes_as_the_direct_runner(
+    tmp_path, image_server, tokenizer_path
+):
+    docs = write_mmc4(
+        str(tmp_path / "docs.jsonl"), mmc4_documents(12, image_server.base, broken_every=7)
+    )
     common = ("build", "mmc4-pairs", "--input", docs, "--tokenizer", tokenizer_path, *SMALL)
 
     direct = run_cli(*common, "--output", str(tmp_path / "direct"), "--workers", "2")
@@ -127,17 +213,39 @@ def test_portable_runner_builds_the_same_bytes_as_the_direct_runner(tmp_path, im
     assert len(expected) >= 3
 
     with job_service(str(tmp_path)) as endpoint, worker_pool(str(tmp_path)) as pool:
-        loopback = run_cli(*common, "--output", str(tmp_path / "loopback"), "--runner", "PortableRunner",
-                           "--job-endpoint", endpoint, "--environment-type", "LOOPBACK")
+        loopback = run_cli(
+            *common,
+            "--output",
+            str(tmp_path / "loopback"),
+            "--runner",
+            "PortableRunner",
+            "--job-endpoint",
+            endpoint,
+            "--environment-type",
+            "LOOPBACK",
+        )
         assert loopback.returncode == 0, loopback.stderr
-        external = run_cli(*common, "--output", str(tmp_path / "external"), "--runner", "PortableRunner",
-                           "--job-endpoint", endpoint, "--environment-type", "EXTERNAL",
-                           "--environment-config", pool)
+        external = run_cli(
+            *common,
+            "--output",
+            str(tmp_path / "external"),
+            "--runner",
+            "PortableRunner",
+            "--job-endpoint",
+            endpoint,
+            "--environment-type",
+            "EXTERNAL",
+            "--environment-config",
+            pool,
+        )
         assert external.returncode == 0, external.stderr
 
     for name in ("loopback", "external"):
         assert _shard_bytes(str(tmp_path / name)) == expected, name
-        manifest, reference = load_manifest(str(tmp_path / name)), load_manifest(str(tmp_path / "direct"))
+        manifest, reference = (
+            load_manifest(str(tmp_path / name)),
+            load_manifest(str(tmp_path / "direct")),
+        )
         assert manifest["shards"] == reference["shards"]
         assert manifest["funnel"] == reference["funnel"]
     assert "Funnel (pairs): input 24, kept" in loopback.stdout
@@ -148,15 +256,27 @@ def test_portable_runner_builds_the_same_bytes_as_the_direct_runner(tmp_path, im
 def test_dataflow_job_is_built_offline_with_the_package_staged(tmp_path):
     docs = materialize_sample(str(tmp_path / "sample"))
     settings = mmc4_pairs((docs,), "gs://fake-bucket/mmc4-pairs", seq_len=64, tokens_per_image=4)
-    runner = RunnerSettings(runner="DataflowRunner", project="fake-project", region="us-central1",
-                            temp_location="gs://fake-bucket/tmp", beam_args=("--dry_run=True", "--no_auth"))
+    runner = RunnerSettings(
+        runner="DataflowRunner",
+        project="fake-project",
+        region="us-central1",
+        temp_location="gs://fake-bucket/tmp",
+        beam_args=("--dry_run=True", "--no_auth"),
+    )
     outcome = execute(settings, runner)
 
     assert outcome.manifest is None  # nothing ran, nothing was written
     job = outcome.result.job
     transforms = {t.unique_name for t in job.proto_pipeline.components.transforms.values()}
-    for stage in ("Read", "Fetch", "Tokenize", "PackSequences/Pack", "PackSequences/WriteShard", "Manifest",
-                  "Stats/WriteStatsJson"):
+    for stage in (
+        "Read",
+        "Fetch",
+        "Tokenize",
+        "PackSequences/Pack",
+        "PackSequences/WriteShard",
+        "Manifest",
+        "Stats/WriteStatsJson",
+    ):
         assert stage in transforms
     assert job.options.view_as(GoogleCloudOptions).project == "fake-project"
     assert job.root_staging_location.startswith("gs://fake-bucket/tmp")
@@ -166,7 +286,9 @@ def test_dataflow_job_is_built_offline_with_the_package_staged(tmp_path):
         for artifact in environment.dependencies:
             from apache_beam.portability.api import beam_runner_api_pb2
 
-            role = beam_runner_api_pb2.ArtifactStagingToRolePayload.FromString(artifact.role_payload)
+            role = beam_runner_api_pb2.ArtifactStagingToRolePayload.FromString(
+                artifact.role_payload
+            )
             source = beam_runner_api_pb2.ArtifactFilePayload.FromString(artifact.type_payload)
             staged[role.staged_name] = source.path
     assert "workflow.tar.gz" in staged  # Beam installs this sdist on every worker
@@ -179,8 +301,13 @@ def test_dataflow_job_is_built_offline_with_the_package_staged(tmp_path):
 @pytest.mark.slow
 def test_dataflow_options_are_validated_before_anything_runs(tmp_path):
     settings = mmc4_pairs(("x.jsonl",), str(tmp_path / "out"), seq_len=64, tokens_per_image=4)
-    runner = RunnerSettings(runner="DataflowRunner", project="Not A Project!", region="us-central1",
-                            temp_location="gs://fake-bucket/tmp", beam_args=("--dry_run=True", "--no_auth"))
+    runner = RunnerSettings(
+        runner="DataflowRunner",
+        project="Not A Project!",
+        region="us-central1",
+        temp_location="gs://fake-bucket/tmp",
+        beam_args=("--dry_run=True", "--no_auth"),
+    )
     with pytest.raises(RunnerError, match="invalid options for DataflowRunner.*project"):
         execute(settings, runner)
     assert not (tmp_path / "out").exists()
@@ -189,9 +316,29 @@ def test_dataflow_options_are_validated_before_anything_runs(tmp_path):
 @pytest.mark.slow
 @pytest.mark.integration
 def test_cli_dry_run_of_a_dataflow_job_touches_nothing(tmp_path):
-    result = run_cli("build", "mmc4-pairs", "--output", "gs://fake-bucket/mmc4-pairs", "--seq-len", "64",
-                     "--tokens-per-image", "4", "--runner", "DataflowRunner", "--project", "fake-project",
-                     "--region", "us-central1", "--temp-location", "gs://fake-bucket/tmp",
-                     "--", "--dry_run=True", "--no_auth")
+    result = run_cli(
+        "build",
+        "mmc4-pairs",
+        "--output",
+        "gs://fake-bucket/mmc4-pairs",
+        "--seq-len",
+        "64",
+        "--tokens-per-image",
+        "4",
+        "--runner",
+        "DataflowRunner",
+        "--project",
+        "fake-project",
+        "--region",
+        "us-central1",
+        "--temp-location",
+        "gs://fake-bucket/tmp",
+        "--",
+        "--dry_run=True",
+        "--no_auth",
+    )
     assert result.returncode == 0, result.stderr
-    assert "Dry run: the DataflowRunner job was built and validated; nothing was run or written." in result.stdout
+    assert (
+        "Dry run: the DataflowRunner job was built and validated; nothing was run or written."
+        in result.stdout
+    )

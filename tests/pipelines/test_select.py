@@ -13,8 +13,33 @@ from pipelines.runners import make_runner, pipeline_options
 from pipelines.select import AtLeast, TopFraction
 
 # 20 records, scores with ties (0.5 five times, 0.3 four times) across buckets.
-SCORES = {f"r{i:02d}": s for i, s in enumerate(
-    [0.9, 0.5, 0.5, 0.1, 0.5, 0.3, 0.7, 0.5, 0.3, 0.2, 0.3, 0.5, 0.8, 0.3, 0.05, 0.6, 0.4, 0.0, 0.65, 0.45])}
+SCORES = {
+    f"r{i:02d}": s
+    for i, s in enumerate(
+        [
+            0.9,
+            0.5,
+            0.5,
+            0.1,
+            0.5,
+            0.3,
+            0.7,
+            0.5,
+            0.3,
+            0.2,
+            0.3,
+            0.5,
+            0.8,
+            0.3,
+            0.05,
+            0.6,
+            0.4,
+            0.0,
+            0.65,
+            0.45,
+        ]
+    )
+}
 
 
 def score(doc: Document) -> float | None:
@@ -22,7 +47,9 @@ def score(doc: Document) -> float | None:
 
 
 def docs() -> list[Document]:
-    records = [Document(id=rid, corpus="test", chunks=(), meta={"score": s}) for rid, s in SCORES.items()]
+    records = [
+        Document(id=rid, corpus="test", chunks=(), meta={"score": s}) for rid, s in SCORES.items()
+    ]
     records.append(Document(id="unscored", corpus="test", chunks=()))
     random.Random(7).shuffle(records)
     return records
@@ -43,11 +70,20 @@ def test_top_fraction_keeps_exactly_the_top_ids_ties_by_id(workers):
     def build(records):
         selected = records | TopFraction(score, 0.4, reason="below_top")
         assert_that(selected.kept | beam.Map(lambda d: d.id), equal_to(expected), label="Kept")
-        assert_that(selected.dropped | beam.Map(lambda d: (d.reason, d.record_id)),
-                    equal_to([("below_top", rid) for rid in sorted(set(SCORES) - set(expected))]
-                             + [("below_top_missing_score", "unscored")]), label="Dropped")
-        assert_that(selected.summary | beam.Map(lambda s: (s["input"], s["kept"], s["cut_score"], s["cut_id"])),
-                    equal_to([(20, 8, 0.5, "r04")]), label="Summary")
+        assert_that(
+            selected.dropped | beam.Map(lambda d: (d.reason, d.record_id)),
+            equal_to(
+                [("below_top", rid) for rid in sorted(set(SCORES) - set(expected))]
+                + [("below_top_missing_score", "unscored")]
+            ),
+            label="Dropped",
+        )
+        assert_that(
+            selected.summary
+            | beam.Map(lambda s: (s["input"], s["kept"], s["cut_score"], s["cut_id"])),
+            equal_to([(20, 8, 0.5, "r04")]),
+            label="Summary",
+        )
 
     run(workers, build)
 
@@ -56,10 +92,17 @@ def test_top_fraction_keeps_exactly_the_top_ids_ties_by_id(workers):
 def test_at_least_keeps_scores_at_or_above_the_minimum():
     def build(records):
         kept, dropped = records | AtLeast(score, 0.5, "too_low")
-        assert_that(kept | beam.Map(lambda d: d.id),
-                    equal_to([rid for rid, s in SCORES.items() if s >= 0.5]), label="Kept")
-        assert_that(dropped | beam.Map(lambda d: d.reason),
-                    equal_to(["too_low"] * sum(s < 0.5 for s in SCORES.values()) + ["too_low_missing_score"]),
-                    label="Dropped")
+        assert_that(
+            kept | beam.Map(lambda d: d.id),
+            equal_to([rid for rid, s in SCORES.items() if s >= 0.5]),
+            label="Kept",
+        )
+        assert_that(
+            dropped | beam.Map(lambda d: d.reason),
+            equal_to(
+                ["too_low"] * sum(s < 0.5 for s in SCORES.values()) + ["too_low_missing_score"]
+            ),
+            label="Dropped",
+        )
 
     run(1, build)

@@ -33,7 +33,10 @@ def test_fsspec_inputs_are_listed_and_opened(tmp_path):
         handle.write(b"second\n")
     with fsspec.open("memory://listing/a.jsonl", "wb") as handle:
         handle.write(b"first\n")
-    assert storage.match("memory://listing/*.jsonl") == ["memory:///listing/a.jsonl", "memory:///listing/b.jsonl"]
+    assert storage.match("memory://listing/*.jsonl") == [
+        "memory:///listing/a.jsonl",
+        "memory:///listing/b.jsonl",
+    ]
     readable = storage.FsspecFile("memory:///listing/a.jsonl")
     assert readable.metadata.path == "memory:///listing/a.jsonl"
     with readable.open() as stream:
@@ -53,9 +56,17 @@ def test_build_reads_an_fsspec_input_in_a_beam_pipeline(tmp_path, image_server, 
     local = write_mmc4(str(tmp_path / "docs.jsonl"), mmc4_documents(3, image_server.base))
     with open(local, "rb") as source, fsspec.open("memory://hub/docs.jsonl", "wb") as target:
         target.write(source.read())
-    settings = mmc4_pairs(("memory://hub/*.jsonl",), str(tmp_path / "out"), tokenizer=tokenizer_path,
-                          seq_len=64, tokens_per_image=4, samples_per_shard=100)
-    settings = settings.replace(fetch=dataclasses.replace(settings.fetch, image_size=32, allow_private_urls=True))
+    settings = mmc4_pairs(
+        ("memory://hub/*.jsonl",),
+        str(tmp_path / "out"),
+        tokenizer=tokenizer_path,
+        seq_len=64,
+        tokens_per_image=4,
+        samples_per_shard=100,
+    )
+    settings = settings.replace(
+        fetch=dataclasses.replace(settings.fetch, image_size=32, allow_private_urls=True)
+    )
     outcome = execute(settings, RunnerSettings(workers=1))
     assert outcome.manifest["funnel"] == {"unit": "pair", "input": 6, "kept": 6, "dropped": {}}
     samples = read_tar(str(tmp_path / "out" / "mmc4-pairs-000000.tar"))
@@ -67,26 +78,62 @@ def test_build_reads_an_fsspec_input_in_a_beam_pipeline(tmp_path, image_server, 
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_s3_round_trip_reads_inputs_from_and_writes_shards_to_a_bucket(tmp_path, image_server, tokenizer_path):
-    docs = write_mmc4(str(tmp_path / "docs.jsonl"), mmc4_documents(5, image_server.base, broken_every=4))
+def test_s3_round_trip_reads_inputs_from_and_writes_shards_to_a_bucket(
+    tmp_path, image_server, tokenizer_path
+):
+    docs = write_mmc4(
+        str(tmp_path / "docs.jsonl"), mmc4_documents(5, image_server.base, broken_every=4)
+    )
     with s3_server("corpus") as options:
-        client = boto3.client("s3", endpoint_url=options["s3_endpoint_url"], aws_access_key_id="testing",
-                              aws_secret_access_key="testing", region_name="us-east-1")
+        client = boto3.client(
+            "s3",
+            endpoint_url=options["s3_endpoint_url"],
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
         client.upload_file(docs, "corpus", "mmc4/docs.jsonl")
-        args = ["build", "mmc4-pairs", "--input", "s3://corpus/mmc4/", "--output", "s3://corpus/built",
-                "--tokenizer", tokenizer_path, "--seq-len", "64", "--tokens-per-image", "4", "--image-size", "32",
-                "--samples-per-shard", "2", "--allow-private-urls", "--workers", "2", "--progress-every", "0",
-                "--", *(f"--{key}={value}" for key, value in options.items())]
+        args = [
+            "build",
+            "mmc4-pairs",
+            "--input",
+            "s3://corpus/mmc4/",
+            "--output",
+            "s3://corpus/built",
+            "--tokenizer",
+            tokenizer_path,
+            "--seq-len",
+            "64",
+            "--tokens-per-image",
+            "4",
+            "--image-size",
+            "32",
+            "--samples-per-shard",
+            "2",
+            "--allow-private-urls",
+            "--workers",
+            "2",
+            "--progress-every",
+            "0",
+            "--",
+            *(f"--{key}={value}" for key, value in options.items()),
+        ]
         result = run_cli(*args)  # two worker processes: the S3 options must reach them
         assert result.returncode == 0, result.stderr
 
-        keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket="corpus", Prefix="built/")["Contents"])
-        manifest = json.loads(client.get_object(Bucket="corpus", Key="built/manifest.json")["Body"].read())
+        keys = sorted(
+            o["Key"] for o in client.list_objects_v2(Bucket="corpus", Prefix="built/")["Contents"]
+        )
+        manifest = json.loads(
+            client.get_object(Bucket="corpus", Key="built/manifest.json")["Body"].read()
+        )
         shard_keys = [k for k in keys if k.endswith(".tar")]
         assert shard_keys == [f"built/{s['path']}" for s in manifest["shards"]]
         assert not [k for k in keys if ".tmp-" in k]
         funnel = manifest["funnel"]
-        assert funnel["input"] == 10 and funnel["dropped"] == {"http_404": 2} and funnel["kept"] == 8
+        assert (
+            funnel["input"] == 10 and funnel["dropped"] == {"http_404": 2} and funnel["kept"] == 8
+        )
         documents = 0
         for key in shard_keys:
             data = client.get_object(Bucket="corpus", Key=key)["Body"].read()

@@ -24,32 +24,58 @@ def _pipeline():
 
 
 def test_read_fetch_tokenize_in_beam(tmp_path, image_server, tokenizer_path):
-    good = {"url": "http://p", "text_list": ["A cat.", "A dog."], "image_info": [
-        {"raw_url": image_server.url("/img/40x40/cat.jpg"), "matched_text_index": 0, "matched_sim": 0.3},
-        {"raw_url": image_server.url("/status/404"), "matched_text_index": 1, "matched_sim": 0.3},
-    ]}
+    good = {
+        "url": "http://p",
+        "text_list": ["A cat.", "A dog."],
+        "image_info": [
+            {
+                "raw_url": image_server.url("/img/40x40/cat.jpg"),
+                "matched_text_index": 0,
+                "matched_sim": 0.3,
+            },
+            {
+                "raw_url": image_server.url("/status/404"),
+                "matched_text_index": 1,
+                "matched_sim": 0.3,
+            },
+        ],
+    }
     source = write_jsonl(str(tmp_path / "docs.jsonl"), [good, "{broken", json.dumps({"url": "x"})])
     settings = smoke(mmc4_pairs((source,), str(tmp_path / "out")))
-    settings = settings.replace(fetch=settings.fetch.__class__(image_size=16, allow_private_urls=True))
+    settings = settings.replace(
+        fetch=settings.fetch.__class__(image_size=16, allow_private_urls=True)
+    )
     spec = catalog.get("mmc4-pairs")
     tokenizer = Tokenizer(tokenizer_path, settings.tokens_per_image)
 
     with _pipeline() as p:
         read = (
-            p | beam.Create([source]) | fileio.MatchAll()
+            p
+            | beam.Create([source])
+            | fileio.MatchAll()
             | fileio.ReadMatches(compression=CompressionTypes.UNCOMPRESSED)
             | beam.ParDo(t.ReadSource(spec, settings)).with_outputs(t.DROPPED, t.INPUT, main="docs")
         )
         fetched = (
-            read.docs | beam.BatchElements(min_batch_size=4)
+            read.docs
+            | beam.BatchElements(min_batch_size=4)
             | beam.ParDo(t.FetchImages(spec, settings.fetch)).with_outputs(t.DROPPED, main="docs")
         )
         tokens = fetched.docs | beam.ParDo(t.Tokenize(tokenizer))
         assert_that(read.input | "SumIn" >> beam.CombineGlobally(sum), equal_to([4]), label="input")
-        assert_that(read.dropped | "R1" >> beam.Map(lambda d: d.reason),
-                    equal_to(["bad_json", "missing_text_list"]), label="read drops")
-        assert_that(fetched.dropped | "R2" >> beam.Map(lambda d: d.reason), equal_to(["http_404"]), label="fetch drops")
         assert_that(
-            tokens | beam.Map(lambda d: (len(d.images), d.images[0].width, d.length - d.text_tokens - 2)),
-            equal_to([(1, 16, settings.tokens_per_image)]), label="tokenized",
+            read.dropped | "R1" >> beam.Map(lambda d: d.reason),
+            equal_to(["bad_json", "missing_text_list"]),
+            label="read drops",
+        )
+        assert_that(
+            fetched.dropped | "R2" >> beam.Map(lambda d: d.reason),
+            equal_to(["http_404"]),
+            label="fetch drops",
+        )
+        assert_that(
+            tokens
+            | beam.Map(lambda d: (len(d.images), d.images[0].width, d.length - d.text_tokens - 2)),
+            equal_to([(1, 16, settings.tokens_per_image)]),
+            label="tokenized",
         )

@@ -20,8 +20,13 @@ def test_bad_lines_are_dropped_each_with_its_reason(tmp_path):
     path = fixtures.write_c4_json_gz(str(tmp_path), fixtures.c4_lines())
     with open(path, "rb") as stream:
         results = list(c4.read(stream, path))
-    assert [r.reason if isinstance(r, Drop) else "kept" for r in results] == [
-        "kept"] * 5 + ["missing_url", "empty_text", "missing_text", "not_utf8", "bad_json"]
+    assert [r.reason if isinstance(r, Drop) else "kept" for r in results] == ["kept"] * 5 + [
+        "missing_url",
+        "empty_text",
+        "missing_text",
+        "not_utf8",
+        "bad_json",
+    ]
     assert results[-1].record_id == "c4-train.00000-of-00001.json.gz:10"
 
 

@@ -11,18 +11,32 @@ from tests import fixtures
 
 @pytest.fixture
 def parquet(tmp_path):
-    return fixtures.write_coyo_parquet(str(tmp_path / "part-00000-17a6ab47-c000.snappy.parquet"),
-                                       fixtures.coyo_rows(), row_group_size=4)
+    return fixtures.write_coyo_parquet(
+        str(tmp_path / "part-00000-17a6ab47-c000.snappy.parquet"),
+        fixtures.coyo_rows(),
+        row_group_size=4,
+    )
 
 
 def test_fixture_has_the_upstream_schema(parquet):
     schema = pq.ParquetFile(parquet).schema_arrow
     assert [(f.name, str(f.type)) for f in schema] == [
-        ("id", "int64"), ("url", "string"), ("text", "string"), ("width", "int32"), ("height", "int32"),
-        ("image_phash", "string"), ("text_length", "int32"), ("word_count", "int32"),
-        ("num_tokens_bert", "int32"), ("num_tokens_gpt", "int32"), ("num_faces", "int32"),
-        ("clip_similarity_vitb32", "float"), ("clip_similarity_vitl14", "float"),
-        ("nsfw_score_opennsfw2", "float"), ("nsfw_score_gantman", "float"), ("watermark_score", "float"),
+        ("id", "int64"),
+        ("url", "string"),
+        ("text", "string"),
+        ("width", "int32"),
+        ("height", "int32"),
+        ("image_phash", "string"),
+        ("text_length", "int32"),
+        ("word_count", "int32"),
+        ("num_tokens_bert", "int32"),
+        ("num_tokens_gpt", "int32"),
+        ("num_faces", "int32"),
+        ("clip_similarity_vitb32", "float"),
+        ("clip_similarity_vitl14", "float"),
+        ("nsfw_score_opennsfw2", "float"),
+        ("nsfw_score_gantman", "float"),
+        ("watermark_score", "float"),
         ("aesthetic_score_laion_v2", "float"),
     ]
     assert pq.ParquetFile(parquet).metadata.num_row_groups == 5
@@ -47,21 +61,30 @@ def test_bad_rows_are_dropped_each_with_its_reason(parquet):
     with open(parquet, "rb") as stream:
         drops = [(r.reason, r.record_id) for r in coyo.read(stream, parquet) if isinstance(r, Drop)]
     assert drops == [
-        ("missing_url", "coyo-9000000000007"), ("missing_url", "coyo-9000000000008"),
-        ("missing_text", "coyo-9000000000009"), ("empty_text", "coyo-9000000000010"),
-        ("not_utf8", "coyo-9000000000011"), ("missing_id", "part-00000-17a6ab47-c000.snappy.parquet:19"),
+        ("missing_url", "coyo-9000000000007"),
+        ("missing_url", "coyo-9000000000008"),
+        ("missing_text", "coyo-9000000000009"),
+        ("empty_text", "coyo-9000000000010"),
+        ("not_utf8", "coyo-9000000000011"),
+        ("missing_id", "part-00000-17a6ab47-c000.snappy.parquet:19"),
     ]
 
 
 def test_missing_required_column_names_file_and_column(tmp_path):
-    path = fixtures.write_coyo_parquet(str(tmp_path / "part-1.parquet"), fixtures.coyo_rows(), drop_columns=("text",))
-    with open(path, "rb") as stream, pytest.raises(InputError, match=r"part-1.parquet: missing column 'text'"):
+    path = fixtures.write_coyo_parquet(
+        str(tmp_path / "part-1.parquet"), fixtures.coyo_rows(), drop_columns=("text",)
+    )
+    with (
+        open(path, "rb") as stream,
+        pytest.raises(InputError, match=r"part-1.parquet: missing column 'text'"),
+    ):
         coyo.check(stream, path)
     with open(path, "rb") as stream, pytest.raises(InputError, match="missing column 'text'"):
         list(coyo.read(stream, path))
     # only the columns that are there are read; a filter column is required only when asked for
-    path = fixtures.write_coyo_parquet(str(tmp_path / "part-2.parquet"), fixtures.coyo_rows(),
-                                       drop_columns=("width", "height"))
+    path = fixtures.write_coyo_parquet(
+        str(tmp_path / "part-2.parquet"), fixtures.coyo_rows(), drop_columns=("width", "height")
+    )
     with open(path, "rb") as stream:
         coyo.check(stream, path)
     with open(path, "rb") as stream, pytest.raises(InputError, match="missing column 'width'"):

@@ -17,21 +17,34 @@ def test_anything_else_is_not_a_boolean(text):
         wit.parse_bool(text)
 
 
-ROW = {"caption_reference_description": "Ref", "caption_alt_text_description": "Alt",
-       "caption_attribution_description": "English: Attr"}
+ROW = {
+    "caption_reference_description": "Ref",
+    "caption_alt_text_description": "Alt",
+    "caption_attribution_description": "English: Attr",
+}
 
 
-@pytest.mark.parametrize("row, caption, expected", [
-    (ROW, "reference", ("caption_reference_description", "Ref")),
-    (ROW, "attribution", ("caption_attribution_description", "English: Attr")),
-    (ROW, "alt", ("caption_alt_text_description", "Alt")),
-    (ROW, "best", ("caption_reference_description", "Ref")),
-    ({**ROW, "caption_reference_description": " "}, "best", ("caption_alt_text_description", "Alt")),
-    ({**ROW, "caption_reference_description": "", "caption_alt_text_description": ""}, "best",
-     ("caption_attribution_description", "English: Attr")),
-    ({**ROW, "caption_alt_text_description": ""}, "alt", None),
-    ({}, "best", None),
-])
+@pytest.mark.parametrize(
+    "row, caption, expected",
+    [
+        (ROW, "reference", ("caption_reference_description", "Ref")),
+        (ROW, "attribution", ("caption_attribution_description", "English: Attr")),
+        (ROW, "alt", ("caption_alt_text_description", "Alt")),
+        (ROW, "best", ("caption_reference_description", "Ref")),
+        (
+            {**ROW, "caption_reference_description": " "},
+            "best",
+            ("caption_alt_text_description", "Alt"),
+        ),
+        (
+            {**ROW, "caption_reference_description": "", "caption_alt_text_description": ""},
+            "best",
+            ("caption_attribution_description", "English: Attr"),
+        ),
+        ({**ROW, "caption_alt_text_description": ""}, "alt", None),
+        ({}, "best", None),
+    ],
+)
 def test_caption_choice(row, caption, expected):
     assert wit.choose_caption(row, caption) == expected
 
@@ -59,39 +72,65 @@ def test_quoted_field_with_a_newline_stays_one_row():
         docs = list(wit.read(stream, fixtures.WIT_DUMMY, caption="attribution", with_context=True))
     real = fixtures.wit_real_rows()
     assert "\n" in real[0]["context_page_description"]
-    assert [d.meta["source"] for d in docs] == [f"{fixtures.os.path.basename(fixtures.WIT_DUMMY)}:{n}"
-                                                for n in (2, 4, 5)]
+    assert [d.meta["source"] for d in docs] == [
+        f"{fixtures.os.path.basename(fixtures.WIT_DUMMY)}:{n}" for n in (2, 4, 5)
+    ]
     de = docs[1]
-    assert [c.text for c in de.texts] == ["Kleines Hasenmaul", real[1]["context_section_description"].strip(),
-                                           "English: Lesser bulldog bat (Noctilio albiventris)"]
+    assert [c.text for c in de.texts] == [
+        "Kleines Hasenmaul",
+        real[1]["context_section_description"].strip(),
+        "English: Lesser bulldog bat (Noctilio albiventris)",
+    ]
 
 
 def test_very_long_fields_are_read(tmp_path):
     rows = fixtures.wit_rows()
-    rows[3] = {**rows[3], "context_page_description": "word " * 100_000}  # 500 kB, past csv's 128 kB default
-    path = fixtures.write_wit_tsv_gz(str(tmp_path / "wit_v1.train.all-1.tsv.gz"), rows, extra_lines=False)
+    rows[3] = {
+        **rows[3],
+        "context_page_description": "word " * 100_000,
+    }  # 500 kB, past csv's 128 kB default
+    path = fixtures.write_wit_tsv_gz(
+        str(tmp_path / "wit_v1.train.all-1.tsv.gz"), rows, extra_lines=False
+    )
     with open(path, "rb") as stream:
         results = list(wit.read(stream, path, caption="best"))
-    assert isinstance(results[3], Document) and results[3].texts[0].text == "A cup of coffee on a wooden table."
+    assert (
+        isinstance(results[3], Document)
+        and results[3].texts[0].text == "A cup of coffee on a wooden table."
+    )
 
 
 def test_bad_rows_are_dropped_each_with_its_reason(tmp_path):
-    path = fixtures.write_wit_tsv_gz(str(tmp_path / "wit_v1.train.all-00000-of-00010.tsv.gz"), fixtures.wit_rows())
+    path = fixtures.write_wit_tsv_gz(
+        str(tmp_path / "wit_v1.train.all-00000-of-00010.tsv.gz"), fixtures.wit_rows()
+    )
     with open(path, "rb") as stream:
         results = list(wit.read(stream, path, caption="best"))
-    assert [r.reason if isinstance(r, Drop) else "kept" for r in results] == [
-        "kept"] * 6 + ["empty_caption", "bad_boolean", "missing_url", "wrong_column_count", "not_utf8"]
+    assert [r.reason if isinstance(r, Drop) else "kept" for r in results] == ["kept"] * 6 + [
+        "empty_caption",
+        "bad_boolean",
+        "missing_url",
+        "wrong_column_count",
+        "not_utf8",
+    ]
 
 
 def test_header_is_checked(tmp_path):
     path = tmp_path / "wit_v1.bad.tsv"
     path.write_text("\t".join(wit.COLUMNS[:-1]) + "\n")
-    with open(path, "rb") as stream, pytest.raises(InputError, match="missing column 'context_section_description'"):
+    with (
+        open(path, "rb") as stream,
+        pytest.raises(InputError, match="missing column 'context_section_description'"),
+    ):
         wit.check(stream, str(path))
     shuffled = tmp_path / "wit_v1.shuffled.tsv"
     header = list(reversed(wit.COLUMNS))
     row = dict(zip(fixtures.WIT_COLUMNS, fixtures.wit_rows()[3].values()))
-    shuffled.write_text("\t".join(header) + "\n" + "\t".join(row[c].replace("\n", " ") for c in header) + "\n")
+    shuffled.write_text(
+        "\t".join(header) + "\n" + "\t".join(row[c].replace("\n", " ") for c in header) + "\n"
+    )
     with open(shuffled, "rb") as stream:
         (doc,) = wit.read(stream, str(shuffled))
-    assert doc.texts[0].text == "A cup of coffee on a wooden table." and doc.meta["language"] == "en"
+    assert (
+        doc.texts[0].text == "A cup of coffee on a wooden table." and doc.meta["language"] == "en"
+    )
