@@ -1,0 +1,9 @@
+"""The two model families of the seed papers: SimVLM's PrefixLM and VILA.
+
+Both take a batch of the trainer contract (``docs/trainer.md``) and share one
+interface the loop relies on: ``model(batch)`` returns the summed loss over
+the batch's valid target tokens (float32), ``model.logits(batch)`` the
+logits, ``count_targets(batch)`` how many tokens the loss sums over, and
+``tokens_per_image``, ``image_size``, ``image_mean``, ``image_std`` tell the
+loader how to prepare images.
+"""

@@ -1,0 +1,240 @@
+"""VILA: a decoder-only LM, a frozen CLIP vision tower and a projector between them.
+
+- The LM is a Hugging Face causal LM (Llama-2 style), loaded from a local
+  directory with ``transformers``, or built with random weights from a
+  ``config.json`` (benchmarks, tests).
+- The vision tower is an open_clip ViT; each image becomes the patch tokens
+  of its penultimate layer, the CLS token dropped (as LLaVA and VILA take
+  ``hidden_states[-2][:, 1:]``). It never trains and stays in eval mode.
+- The projector maps each patch to the LM's width: ``linear`` (the VILA
+  paper's choice) or ``mlp2x_gelu`` (LLaVA-1.5's). Its outputs replace the
+  image slots of ``input_ids``, so the tower's patch count must equal the
+  build's ``tokens_per_image``.
+- Attention stays inside each packed document: the LM gets a 4-D boolean
+  mask (causal, same document; ``eager`` gets it additive) and the
+  per-document ``position_ids`` for its rotary positions.
+- ``stage`` 0 trains the projector only; 1 the projector and the LM.
+
+The loss is the cross-entropy of ``labels`` (already the next token; -100
+where there is none), summed.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainer.config import ConfigError, VilaConfig
+from trainer.models.attention import document_causal_mask
+from trainer.models.slots import image_features, place_images
+
+IGNORE_INDEX = -100
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def load_lm(path: str, attn_implementation: str = "sdpa") -> nn.Module:
+    """A causal LM from a local model directory (its weights), or random weights from a
+    ``config.json`` or a directory that holds only one."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the run prints its own lines
+    if not os.path.exists(path):
+        raise ConfigError(f"LM not found: {path} (a local model directory or config.json)")
+    has_weights = os.path.isdir(path) and any(
+        os.path.exists(os.path.join(path, name)) for name in WEIGHT_FILES
+    )
+    try:
+        if has_weights:
+            return AutoModelForCausalLM.from_pretrained(
+                path, attn_implementation=attn_implementation, dtype=torch.float32
+            )
+        config = AutoConfig.from_pretrained(path)
+        return AutoModelForCausalLM.from_config(
+            config, attn_implementation=attn_implementation, dtype=torch.float32
+        )
+    except (OSError, ValueError, KeyError) as exc:
+        raise ConfigError(f"cannot load the LM from {path}: {_one_line(exc)}") from None
+
+
+def load_vision(vision: str, pretrained: str | None) -> nn.Module:
+    """The visual half of an open_clip model: ``vision`` is an architecture name or the path
+    of a model config (its file stem names the architecture); ``pretrained`` a local
+    checkpoint file or an open_clip tag (which downloads)."""
+    import open_clip
+
+    name = vision
+    if vision.endswith(".json") or os.path.isfile(vision):
+        if not os.path.isfile(vision):
+            raise ConfigError(f"vision config not found: {vision}")
+        open_clip.add_model_config(vision)
+        name = os.path.splitext(os.path.basename(vision))[0]
+    if name not in open_clip.list_models():
+        raise ConfigError(f"unknown open_clip architecture {name!r}")
+    if pretrained is not None and not os.path.isfile(pretrained):
+        if pretrained not in open_clip.list_pretrained_tags_by_model(name):
+            raise ConfigError(
+                f"vision weights not found: {pretrained} (a local checkpoint file, or an "
+                f"open_clip tag of {name})"
+            )
+    try:  # open_clip takes a checkpoint path or a tag; OpenAI's weights were trained with QuickGELU
+        model = open_clip.create_model(
+            name, pretrained=pretrained, force_quick_gelu=pretrained == "openai"
+        )
+    except Exception as exc:  # open_clip raises RuntimeError, KeyError, ... for a bad file
+        raise ConfigError(
+            f"cannot load vision tower {name} from {pretrained}: {_one_line(exc)}"
+        ) from None
+    visual = model.visual
+    visual.preprocess_cfg = open_clip.get_model_preprocess_cfg(model)
+    return visual
+
+
+class VisionTower(nn.Module):
+    """A frozen open_clip ViT: images ``[N, 3, H, W]`` → penultimate-layer patches ``[N, T, D]``."""
+
+    def __init__(self, visual: nn.Module, name: str = "the vision tower"):
+        super().__init__()
+        self.name = name
+        if not hasattr(visual, "transformer") or not hasattr(visual, "grid_size"):
+            raise ConfigError(
+                "the vision tower must be an open_clip VisionTransformer, "
+                f"got {type(visual).__name__}"
+            )
+        self.visual = visual
+        self.layer = len(visual.transformer.resblocks) - 2
+        self.width = visual.transformer.width
+        self.tokens_per_image = int(visual.grid_size[0] * visual.grid_size[1])
+        size = visual.preprocess_cfg["size"]
+        self.image_size = size if isinstance(size, int) else int(size[0])
+        self.image_mean = tuple(visual.preprocess_cfg["mean"])
+        self.image_std = tuple(visual.preprocess_cfg["std"])
+        self.requires_grad_(False)
+        self.eval()
+
+    def train(self, mode: bool = True) -> VisionTower:
+        return super().train(False)  # frozen: dropout and patch dropout stay off
+
+    @torch.no_grad()
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        out = self.visual.forward_intermediates(
+            images,
+            indices=[self.layer],
+            stop_early=True,
+            intermediates_only=True,
+            output_fmt="NLC",
+        )
+        return out["image_intermediates"][0]
+
+
+def make_projector(kind: str, vision_width: int, lm_width: int) -> nn.Module:
+    if kind == "linear":
+        return nn.Linear(vision_width, lm_width)
+    return nn.Sequential(
+        nn.Linear(vision_width, lm_width), nn.GELU(), nn.Linear(lm_width, lm_width)
+    )
+
+
+def lm_attention_mask(segment_ids: torch.Tensor, implementation: str, dtype: torch.dtype):
+    """``[B, 1, L, L]``: causal within each document. A padding token sees only itself, so
+    no row is empty; its label is -100. ``eager`` adds the mask to the scores."""
+    length = segment_ids.shape[-1]
+    eye = torch.eye(length, dtype=torch.bool, device=segment_ids.device)
+    allowed = (document_causal_mask(segment_ids) | eye)[:, None]
+    if implementation == "eager":
+        return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
+            ~allowed, torch.finfo(dtype).min
+        )
+    return allowed
+
+
+class Vila(nn.Module):
+    objective = "vila"
+    fsdp_preferred = True  # an LM of billions of parameters: shard it across CUDA ranks
+
+    def __init__(
+        self, lm: nn.Module, vision: VisionTower, projector: str, stage: int, image_token_id
+    ):
+        super().__init__()
+        self.lm = lm
+        self.vision = vision
+        self.width = lm.config.hidden_size
+        self.projector = make_projector(projector, vision.width, self.width)
+        self.image_token_id = image_token_id
+        self.tokens_per_image = vision.tokens_per_image
+        self.image_size = vision.image_size
+        self.image_mean, self.image_std = vision.image_mean, vision.image_std
+        self.vocab_size = lm.config.vocab_size
+        self.max_positions = getattr(lm.config, "max_position_embeddings", None)
+        self.image_source = f"the vision tower {vision.name} at {vision.image_size} px"
+        self.attn_implementation = lm.config._attn_implementation
+        self.static_shapes = False  # the runtime sets it on XLA
+        self.lm.requires_grad_(stage == 1)
+        self.lm.config.use_cache = False
+
+    def train(self, mode: bool = True) -> Vila:
+        super().train(mode)
+        self.vision.eval()
+        return self
+
+    def shard_layers(self) -> list[nn.Module]:
+        """The LM's decoder layers: the units FSDP2 shards."""
+        names = set(getattr(self.lm, "_no_split_modules", None) or ())
+        return [module for module in self.lm.modules() if type(module).__name__ in names]
+
+    @staticmethod
+    def count_targets(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return (batch["labels"] != IGNORE_INDEX).sum()
+
+    def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        ids = batch["input_ids"]
+        table = self.lm.get_input_embeddings()
+        if self.image_token_id is None:
+            return table(ids)
+        embeds = table(ids.masked_fill(ids == self.image_token_id, 0))
+        if batch["images"].shape[1] == 0:
+            return embeds
+        features = image_features(
+            lambda images: self.projector(self.vision(images)),
+            batch["images"],
+            batch["image_mask"],
+            self.tokens_per_image,
+            self.width,
+            self.static_shapes,
+        )
+        return place_images(embeds, ids, self.image_token_id, features)
+
+    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        embeds = self.embed(batch)
+        mask = lm_attention_mask(batch["segment_ids"], self.attn_implementation, embeds.dtype)
+        out = self.lm(
+            inputs_embeds=embeds,
+            attention_mask=mask,
+            position_ids=batch["position_ids"],
+            use_cache=False,
+        )
+        return out.logits
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        logits = self.logits(batch).float()
+        return F.cross_entropy(
+            logits.flatten(0, 1),
+            batch["labels"].flatten(),
+            ignore_index=IGNORE_INDEX,
+            reduction="sum",
+        )
+
+
+def build_vila(config: VilaConfig, image_token_id: int | None = None) -> Vila:
+    lm = load_lm(config.lm, config.attn_implementation)
+    name = os.path.splitext(os.path.basename(config.vision))[0]  # a config file names its arch
+    tower = VisionTower(load_vision(config.vision, config.vision_pretrained), name)
+    return Vila(lm, tower, config.projector, config.stage, image_token_id)

@@ -1,0 +1,218 @@
+"""Where the loop runs: the CPU; CUDA, in one process or under ``torchrun``; a TPU through
+torch_xla. Every device-specific call of the loop goes through :class:`Runtime`.
+
+- Processes: ``torchrun`` (or any launcher that sets ``RANK``, ``WORLD_SIZE``,
+  ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) gives one process per
+  device; the process group is gloo on the CPU, NCCL on CUDA, and XLA's own
+  (``init_method="xla://"``, which ``torchrun`` supports) on a TPU.
+- Data parallelism: DDP; or FSDP2 (``fully_shard``), which shards each
+  layer the model names (VILA: the LM's decoder layers) and the rest of
+  the model as one unit, for LMs whose weights and optimizer state do not
+  fit one device. Frozen weights (VILA's vision tower) stay replicated.
+- Precision: bf16 autocast on CUDA and XLA, float32 on the CPU (parameters
+  and optimizer state stay float32 everywhere).
+- XLA wants fixed shapes: models encode every image slot there (empty ones
+  too), and the step ends with ``torch_xla.sync()``.
+
+    >>> runtime = start("cpu")
+    >>> runtime.kind, runtime.world_size, runtime.precision
+    ('cpu', 1, 'fp32')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from typing import Iterable, Iterator
+
+import torch
+from torch import nn
+
+from trainer.config import ConfigError
+
+
+@dataclasses.dataclass
+class Runtime:
+    kind: str  # "cpu", "cuda" or "xla"
+    device: torch.device
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    precision: str = "fp32"
+    strategy: str = "none"  # what wrap() did: "none", "ddp" or "fsdp"
+    owns_group: bool = False
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def autocast(self):
+        if self.precision != "bf16":
+            return contextlib.nullcontext()
+        return torch.autocast(self.kind, dtype=torch.bfloat16)
+
+    def to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if self.kind == "xla":
+            return batch  # the parallel loader has moved it
+        return {name: value.to(self.device, non_blocking=True) for name, value in batch.items()}
+
+    def batches(self, batches: Iterable[dict[str, torch.Tensor]]) -> Iterator:
+        """On XLA, a loader that copies to the device in the background; elsewhere as given."""
+        if self.kind == "xla":
+            import torch_xla.distributed.parallel_loader as pl
+
+            return iter(pl.MpDeviceLoader(batches, self.device))
+        return iter(batches)
+
+    def wrap(
+        self,
+        model: nn.Module,
+        strategy: str = "auto",
+        layers: Iterable[nn.Module] = (),
+        fsdp_preferred: bool = False,
+    ) -> nn.Module:
+        """The model on the device, wrapped for data parallelism when there are several
+        processes. ``auto`` is FSDP2 on CUDA for models that ask for it, else DDP."""
+        if self.kind == "xla":
+            self._mark_static(model)
+        model.to(self.device)
+        if self.world_size == 1:
+            self.strategy = "none"
+            return model
+        if strategy == "auto":
+            strategy = "fsdp" if fsdp_preferred and self.kind == "cuda" else "ddp"
+        if strategy == "fsdp":
+            if self.kind == "xla":
+                raise ConfigError("FSDP2 runs on CUDA and the CPU; on a TPU use --strategy ddp")
+            from torch.distributed.fsdp import fully_shard
+
+            layers = list(layers)
+            in_layers = {p for layer in layers for p in layer.parameters()}
+            for layer in layers:
+                fully_shard(layer)
+            # frozen weights outside the sharded layers (the vision tower) stay whole on every rank
+            frozen = {p for p in model.parameters() if not p.requires_grad} - in_layers
+            fully_shard(model, ignored_params=frozen or None)
+            self.strategy = "fsdp"
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+
+        self.strategy = "ddp"
+        if self.kind == "cuda":
+            return DistributedDataParallel(model, device_ids=[self.device.index])
+        return DistributedDataParallel(model, gradient_as_bucket_view=self.kind == "xla")
+
+    @staticmethod
+    def _mark_static(model: nn.Module) -> None:
+        for module in model.modules():
+            if hasattr(module, "static_shapes"):
+                module.static_shapes = True
+
+    @contextlib.contextmanager
+    def accumulating(self, model: nn.Module, sync: bool):
+        """Gradients of micro-steps before the last stay local (no collective)."""
+        if sync or self.strategy == "none":
+            yield
+        elif self.strategy == "ddp":
+            with model.no_sync():
+                yield
+        else:
+            model.set_requires_gradient_sync(False)
+            try:
+                yield
+            finally:
+                model.set_requires_gradient_sync(True)
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def step_done(self) -> None:
+        """End of an optimizer step: XLA compiles and runs the step's graph here."""
+        if self.kind == "xla":
+            import torch_xla
+
+            torch_xla.sync()
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def rng_state(self) -> dict[str, torch.Tensor]:
+        state = {"cpu": torch.get_rng_state()}
+        if self.kind == "cuda":
+            state["cuda"] = torch.cuda.get_rng_state(self.device)
+        return state
+
+    def set_rng_state(self, state: dict[str, torch.Tensor]) -> None:
+        torch.set_rng_state(state["cpu"])
+        if self.kind == "cuda" and "cuda" in state:
+            torch.cuda.set_rng_state(state["cuda"], self.device)
+
+    def close(self) -> None:
+        if self.owns_group:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+            self.owns_group = False
+
+
+def _xla_available() -> bool:
+    try:
+        import torch_xla  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_kind(device: str) -> str:
+    """``auto``: a TPU when torch_xla is installed and ``PJRT_DEVICE`` is set, else CUDA when
+    there is a GPU, else the CPU."""
+    if device == "auto":
+        if os.environ.get("PJRT_DEVICE") and _xla_available():
+            return "xla"
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: no CUDA device is available")
+    if device == "xla" and not _xla_available():
+        raise ConfigError("--device xla: torch_xla is not installed (pip install torch_xla)")
+    if device not in ("cpu", "cuda", "xla"):
+        raise ConfigError(f"unknown device {device!r} (auto, cpu, cuda or xla)")
+    return device
+
+
+def start(device: str = "auto", precision: str = "auto") -> Runtime:
+    """The runtime of this process; joins the process group when a launcher started several."""
+    import torch.distributed as dist
+
+    kind = resolve_kind(device)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if precision == "auto":
+        precision = "fp32" if kind == "cpu" else "bf16"
+    if kind == "cuda":
+        torch.cuda.set_device(local_rank)
+        where = torch.device("cuda", local_rank)
+    elif kind == "xla":
+        import torch_xla
+
+        where = torch_xla.device()
+    else:
+        where = torch.device("cpu")
+    owns_group = False
+    if world_size > 1 and not dist.is_initialized():
+        if kind == "xla":
+            import torch_xla.distributed.xla_backend  # noqa: F401  (registers "xla")
+
+            dist.init_process_group("xla", init_method="xla://")
+        else:
+            dist.init_process_group("nccl" if kind == "cuda" else "gloo")
+        owns_group = True
+    return Runtime(kind, where, rank, world_size, local_rank, precision, owns_group=owns_group)

@@ -1,0 +1,378 @@
+"""The one training loop, for both models, on every device.
+
+:func:`run` builds what a configuration names (runtime, data, model) and
+calls :func:`fit`, which reads top to bottom:
+
+1. check the model against the data (``tokens_per_image``, vocabulary,
+   positions) and refuse in one line before any step;
+2. wrap the model for the device and the processes (``trainer.runtime``),
+   build AdamW and the schedule, resume from the latest checkpoint;
+3. print the derived quantities (tokens per step, parameters trainable and
+   frozen);
+4. per step: take ``accumulate`` batches, count their target tokens across
+   all ranks, run each micro-batch forward (bf16 autocast on accelerators)
+   and backward with its summed loss divided by that global count, clip,
+   step, log one line per interval, checkpoint.
+
+The loss of a step is therefore the sum of the token losses of every rank
+and micro-batch divided by the number of those tokens: every target token
+weighs the same, however the tokens fall across documents, micro-batches and
+ranks. (DDP and FSDP average gradients over ranks, hence the world size in
+the scale.)
+
+The learning rate warms up linearly, then decays:
+
+    >>> from trainer.config import prefixlm_optim
+    >>> factor = schedule(prefixlm_optim(warmup=0.2), steps=10)
+    >>> [round(factor(step), 3) for step in range(10)]
+    [0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import time
+from typing import Any, Callable, TextIO
+
+import torch
+from torch import nn
+
+from trainer import checkpoint
+from trainer.config import ConfigError, OptimConfig, PrefixLMConfig, TrainConfig, VilaConfig
+from trainer.models.slots import check_slots
+from trainer.runtime import Runtime, start
+
+
+@dataclasses.dataclass
+class Result:
+    losses: list[float]  # the loss of every step this run took, in order
+    first_step: int  # the step it started from (0, or the checkpoint's)
+    steps: int  # the step it ended at
+    checkpoint: str | None  # the last checkpoint written
+
+
+def schedule(optim: OptimConfig, steps: int) -> Callable[[int], float]:
+    """The learning-rate factor for the optimizer step that follows ``step`` steps."""
+    warmup = int(round(optim.warmup * steps))
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, steps - warmup)
+        if optim.decay == "linear":
+            shape = 1.0 - progress
+        else:
+            shape = 0.5 * (1.0 + math.cos(math.pi * progress))
+        return optim.final_lr_fraction + (1.0 - optim.final_lr_fraction) * shape
+
+    return factor
+
+
+def make_optimizer(model: nn.Module, optim: OptimConfig) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters; no weight decay on biases and norms (1-D)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.ndim >= 2], "weight_decay": optim.weight_decay},
+        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(
+        [group for group in groups if group["params"]],
+        lr=optim.lr,
+        betas=optim.betas,
+        eps=optim.eps,
+    )
+
+
+def check_model(model: nn.Module, spec) -> None:
+    """The model against the data's spec; one line naming both numbers when they differ."""
+    if spec.image_token_id is not None and model.tokens_per_image != spec.tokens_per_image:
+        raise ConfigError(
+            f"tokens_per_image mismatch: the data has {spec.tokens_per_image} tokens per image, "
+            f"{model.image_source} makes {model.tokens_per_image} "
+            f"(rebuild with --tokens-per-image {model.tokens_per_image}, or change the model)"
+        )
+    if spec.vocab_size is not None and spec.vocab_size > model.vocab_size:
+        raise ConfigError(
+            f"vocabulary mismatch: the data's tokenizer has {spec.vocab_size} pieces, "
+            f"the model's vocabulary {model.vocab_size}"
+        )
+    limit = getattr(model, "max_positions", None)
+    if limit is not None and spec.seq_len > limit:
+        raise ConfigError(f"seq_len {spec.seq_len} is longer than the model's {limit} positions")
+
+
+def check_batch(model: nn.Module, batch: dict[str, torch.Tensor], spec) -> None:
+    """The first batch: its shapes and its image slots, before any step."""
+    seq_len = batch["segment_ids"].shape[-1]
+    if seq_len != spec.seq_len:
+        raise ConfigError(f"batches have length {seq_len}, the data's seq_len is {spec.seq_len}")
+    size = tuple(batch["images"].shape[-2:])
+    if batch["images"].shape[1] and size != (model.image_size, model.image_size):
+        raise ConfigError(
+            f"images arrive at {size[0]}x{size[1]} px, the model takes "
+            f"{model.image_size}x{model.image_size}"
+        )
+    if spec.image_token_id is not None:
+        key = "encoder_input_ids" if model.objective == "prefixlm" else "input_ids"
+        problem = check_slots(batch, spec.image_token_id, model.tokens_per_image, key)
+        if problem:
+            raise ConfigError(problem)
+
+
+def parameter_counts(model: nn.Module) -> tuple[int, int]:
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
+    return trainable, frozen
+
+
+def _millions(count: int) -> str:
+    return f"{count / 1e6:,.1f}M" if count >= 100_000 else f"{count:,}"
+
+
+def describe(model: nn.Module, spec, config: TrainConfig, runtime: Runtime, name: str) -> list[str]:
+    """The derived quantities printed at start."""
+    trainable, frozen = parameter_counts(model)
+    sequences = config.batch_size * config.accumulate * runtime.world_size
+    optim = config.optim
+    warmup = int(round(optim.warmup * config.steps))
+    lines = [
+        f"{name}: {_millions(trainable)} parameters trainable, {_millions(frozen)} frozen",
+        f"{runtime.world_size} process(es) on {runtime.kind} ({runtime.strategy}), "
+        f"precision {runtime.precision}",
+        f"per step: {config.batch_size} sequences x {config.accumulate} accumulation x "
+        f"{runtime.world_size} process(es) = {sequences:,} sequences, "
+        f"{sequences * spec.seq_len:,} tokens (seq_len {spec.seq_len})",
+        f"{config.steps:,} steps, AdamW lr {optim.lr:g} ({warmup:,} warmup steps, "
+        f"{optim.decay} decay), weight decay {optim.weight_decay:g}, clip {optim.clip_norm:g}",
+    ]
+    if spec.image_token_id is not None:
+        lines.append(
+            f"images: {model.tokens_per_image} tokens each, up to {spec.max_images} per "
+            f"sequence, {model.image_size} px ({model.image_source})"
+        )
+    if config.output is not None:
+        lines.append(
+            f"checkpoints: every {config.checkpoint_every:,} steps to {config.output} "
+            f"(keeping {config.keep_checkpoints})"
+        )
+    return lines
+
+
+class Meter:
+    """Tokens, images and losses since the last log line; the clock is injected."""
+
+    def __init__(self, clock: Callable[[], float]):
+        self.clock = clock
+        self.since = clock()
+        self.tokens = self.images = 0
+        self.pending: list[torch.Tensor] = []
+
+    def add(self, loss: torch.Tensor, tokens: int, images: int) -> None:
+        self.pending.append(loss)
+        self.tokens += tokens
+        self.images += images
+
+    def line(self, step: int, steps: int, lr: float, terminal: bool) -> tuple[str, list[float]]:
+        losses = [float(loss) for loss in self.pending]
+        now = self.clock()
+        seconds = max(now - self.since, 1e-9)
+        text = (
+            f"step {step:,}/{steps:,}  loss {sum(losses) / len(losses):.4f}  lr {lr:.2e}  "
+            f"tokens/s {self.tokens / seconds:,.0f}  images/s {self.images / seconds:,.1f}"
+        )
+        if terminal:
+            done = int(30 * step / steps)
+            text += f"  [{'#' * done}{'.' * (30 - done)}] {100 * step // steps}%"
+        self.since, self.tokens, self.images, self.pending = now, 0, 0, []
+        return text, losses
+
+
+def fit(
+    model: nn.Module,
+    loader,
+    config: TrainConfig,
+    runtime: Runtime,
+    *,
+    name: str,
+    settings: dict[str, Any] | None = None,
+    stream: TextIO | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Result:
+    """Train ``model`` (unwrapped, on the CPU) on ``loader``'s batches for ``config.steps``."""
+    stream = stream or sys.stdout
+
+    def say(text: str) -> None:
+        if runtime.is_main:
+            stream.write(text + "\n")
+            stream.flush()
+
+    spec = loader.spec
+    check_model(model, spec)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    wrapped = runtime.wrap(
+        model,
+        config.strategy,
+        layers=model.shard_layers(),
+        fsdp_preferred=getattr(model, "fsdp_preferred", False),
+    )
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = make_optimizer(model, config.optim)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule(config.optim, config.steps))
+
+    step, saved = 0, None
+    if config.output is not None:
+        found = checkpoint.latest(config.output)
+        if found is not None and not config.resume:
+            raise ConfigError(
+                f"{config.output} already holds checkpoints (latest {found}): pass --resume to "
+                "continue that run, or another --output"
+            )
+        if found is not None:
+            step = checkpoint.load(
+                found,
+                model=model,
+                optimizer=optimizer,
+                scheduler=scheduler,
+                loader=loader,
+                runtime=runtime,
+            )
+            say(f"resumed from {found} at step {step:,}")
+        elif config.resume:
+            say(f"no checkpoint in {config.output} yet: starting at step 0")
+    for line in describe(model, spec, config, runtime, name):
+        say(line)
+
+    first_step = step
+    losses: list[float] = []
+    meter = Meter(clock)
+    terminal = runtime.is_main and stream.isatty()
+    batches = runtime.batches(loader)
+    checked = False
+    while step < config.steps:
+        micro = [next(batches) for _ in range(config.accumulate)]
+        if not checked:
+            check_batch(model, micro[0], spec)
+            checked = True
+        counts = torch.stack(
+            [
+                sum(model.count_targets(b).long() for b in micro),
+                sum((b["segment_ids"] > 0).sum() for b in micro),
+                sum(b["image_mask"].sum() for b in micro),
+            ]
+        ).to(runtime.device)
+        counts = runtime.all_reduce_sum(counts)
+        targets = counts[0].clamp(min=1).float()
+        step_loss = torch.zeros((), device=runtime.device)
+        for index, batch in enumerate(micro):
+            batch = runtime.to_device(batch)
+            with runtime.accumulating(wrapped, sync=index == len(micro) - 1):
+                with runtime.autocast():
+                    loss_sum = wrapped(batch)
+                (loss_sum * (runtime.world_size / targets)).backward()
+            step_loss += loss_sum.detach()
+        torch.nn.utils.clip_grad_norm_(params, config.optim.clip_norm)
+        lr = scheduler.get_last_lr()[0]
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        runtime.step_done()
+        step += 1
+        loss = runtime.all_reduce_sum(step_loss) / targets
+        meter.add(loss, int(counts[1]), int(counts[2]))
+        if step % config.log_every == 0 or step == config.steps:
+            text, logged = meter.line(step, config.steps, lr, terminal)
+            losses += logged
+            say(text)
+        if config.output is not None and (
+            step % config.checkpoint_every == 0 or step == config.steps
+        ):
+            saved = checkpoint.save(
+                config.output,
+                step,
+                model=wrapped if runtime.strategy == "ddp" else model,
+                optimizer=optimizer,
+                scheduler=scheduler,
+                loader=loader,
+                runtime=runtime,
+                trainable=trainable,
+                settings=settings or {},
+                keep=config.keep_checkpoints,
+            )
+            say(f"checkpoint: {saved}")
+    return Result(losses, first_step, step, saved)
+
+
+LoaderFactory = Callable[..., Any]
+
+
+def build_model(config: PrefixLMConfig | VilaConfig, spec) -> nn.Module:
+    """PrefixLM shaped by the data's spec (vocabulary, seq_len, image token)."""
+    from trainer.models.prefixlm import PrefixLM
+
+    if spec.vocab_size is None:
+        raise ConfigError(
+            "the data's manifests do not give the tokenizer's vocab_size, which PrefixLM "
+            "needs for its embeddings"
+        )
+    return PrefixLM(
+        config, vocab_size=spec.vocab_size, seq_len=spec.seq_len, image_token_id=spec.image_token_id
+    )
+
+
+def run(
+    model_config: PrefixLMConfig | VilaConfig,
+    config: TrainConfig,
+    make_loader: LoaderFactory,
+    *,
+    stream: TextIO | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Result:
+    """Start the runtime, the data and the model, then :func:`fit`.
+
+    ``make_loader(objective=, batch_size=, seed=, image_size=, image_mean=, image_std=, rank=,
+    world_size=)`` returns the data stream (``trainer.loader.Loader``'s interface).
+    """
+    runtime = start(config.device, config.precision)
+    try:
+        torch.manual_seed(config.seed)  # the same initial weights on every rank
+        if isinstance(model_config, PrefixLMConfig):
+            from trainer.models.prefixlm import IMAGENET_MEAN, IMAGENET_STD
+
+            objective, name = "prefixlm", f"PrefixLM {model_config.size}"
+            images = (model_config.image_size, IMAGENET_MEAN, IMAGENET_STD)
+            model = None  # its vocabulary and positions come from the data
+        else:
+            from trainer.models.vila import build_vila
+
+            objective, name = "vila", f"VILA stage {model_config.stage}"
+            model = build_vila(model_config)
+            images = (model.image_size, model.image_mean, model.image_std)
+        loader = make_loader(
+            objective=objective,
+            batch_size=config.batch_size,
+            seed=config.seed,
+            image_size=images[0],
+            image_mean=images[1],
+            image_std=images[2],
+            rank=runtime.rank,
+            world_size=runtime.world_size,
+        )
+        if model is None:
+            model = build_model(model_config, loader.spec)
+        else:
+            model.image_token_id = loader.spec.image_token_id
+            if model_config.init is not None:
+                count = checkpoint.init_weights(model, model_config.init)
+                if runtime.is_main:
+                    (stream or sys.stdout).write(
+                        f"initialised {count} tensors from {model_config.init}\n"
+                    )
+        torch.manual_seed(config.seed + 1 + runtime.rank)  # dropout differs across ranks
+        settings = {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(config)}
+        return fit(
+            model, loader, config, runtime, name=name, settings=settings, stream=stream, clock=clock
+        )
+    finally:
+        runtime.close()
