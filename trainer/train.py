@@ -51,6 +51,7 @@ class Result:
     first_step: int  # the step it started from (0, or the checkpoint's)
     steps: int  # the step it ended at
     checkpoint: str | None  # the last checkpoint written
+    model: nn.Module  # the trained model (unwrapped; its weights sharded under FSDP)
 
 
 def schedule(optim: OptimConfig, steps: int) -> Callable[[int], float]:
@@ -301,7 +302,7 @@ def fit(
                 keep=config.keep_checkpoints,
             )
             say(f"checkpoint: {saved}")
-    return Result(losses, first_step, step, saved)
+    return Result(losses, first_step, step, saved, model)
 
 
 LoaderFactory = Callable[..., Any]
@@ -328,13 +329,16 @@ def run(
     *,
     stream: TextIO | None = None,
     clock: Callable[[], float] = time.monotonic,
+    runtime: Runtime | None = None,
 ) -> Result:
     """Start the runtime, the data and the model, then :func:`fit`.
 
     ``make_loader(objective=, batch_size=, seed=, image_size=, image_mean=, image_std=, rank=,
-    world_size=)`` returns the data stream (``trainer.loader.Loader``'s interface).
+    world_size=)`` returns the data stream (``trainer.loader.Loader``'s interface). A
+    ``runtime`` given is the caller's to close (its process group outlives the run).
     """
-    runtime = start(config.device, config.precision)
+    owned = runtime is None
+    runtime = runtime or start(config.device, config.precision)
     try:
         torch.manual_seed(config.seed)  # the same initial weights on every rank
         if isinstance(model_config, PrefixLMConfig):
@@ -375,4 +379,5 @@ def run(
             model, loader, config, runtime, name=name, settings=settings, stream=stream, clock=clock
         )
     finally:
-        runtime.close()
+        if owned:
+            runtime.close()

@@ -1,0 +1,275 @@
+"""The loop: tiny models train on a build made by `corpora build`; the loss is normalised by
+the global token count; stop and resume continue step for step; bad settings stop before any
+step; several processes keep identical weights."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.helpers import REPO
+from tests.trainer.contract import ShardBatches
+from trainer import checkpoint
+from trainer.config import (
+    ConfigError,
+    prefixlm_config,
+    prefixlm_optim,
+    train_config,
+    vila_config,
+    vila_optim,
+)
+from trainer.train import Meter, run, schedule
+
+pytestmark = pytest.mark.slow
+
+
+class Loaders:
+    """``make_loader`` for :func:`run`, keeping the loaders it made; ``crash_after`` batches
+    makes the stream fail, as a dead node would."""
+
+    def __init__(self, build: str, crash_after: int | None = None):
+        self.build, self.crash_after, self.made = build, crash_after, []
+
+    def __call__(self, **options):
+        loader = ShardBatches(self.build, **options)
+        if self.crash_after is not None:
+            loader = Crashing(loader, self.crash_after)
+        self.made.append(loader)
+        return loader
+
+
+class Crashing:
+    def __init__(self, loader, after: int):
+        self.loader, self.after = loader, after
+        self.spec = loader.spec
+
+    def state_dict(self):
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state):
+        self.loader.load_state_dict(state)
+
+    def __iter__(self):
+        for taken, batch in enumerate(self.loader):
+            if taken == self.after:
+                raise RuntimeError("the data node went away")
+            yield batch
+
+
+def prefixlm_run(build, steps=30, **changes):
+    config = train_config(steps=steps, batch_size=4, optim=prefixlm_optim(lr=3e-3), **changes)
+    return run(prefixlm_config("tiny"), config, Loaders(build), stream=io.StringIO())
+
+
+def test_the_schedule_warms_up_then_decays_to_the_final_fraction():
+    linear = schedule(prefixlm_optim(warmup=0.1, final_lr_fraction=0.1), steps=100)
+    assert [linear(s) for s in (0, 4, 9)] == [0.1, 0.5, 1.0]
+    assert linear(10) == 1.0 and math.isclose(linear(55), 0.55) and linear(99) < 0.12
+    cosine = schedule(vila_optim(1), steps=100)
+    assert cosine(2) == 1.0 and math.isclose(cosine(50), 0.5 + 0.5 * math.cos(math.pi * 47 / 97))
+    assert all(cosine(s) >= cosine(s + 1) for s in range(3, 99))
+
+
+def test_tiny_prefixlm_trains_on_a_build_and_its_loss_falls(sample_build):
+    result = prefixlm_run(sample_build, steps=30)
+    assert len(result.losses) == 30 and result.steps == 30
+    assert math.isclose(result.losses[0], math.log(1000), rel_tol=0.05)  # uniform over 1000
+    assert sum(result.losses[-5:]) / 5 < 0.75 * result.losses[0]
+
+
+def vila_run(build, tiny_lm, tiny_vision, stage, steps=20, **changes):
+    model = vila_config(tiny_lm, tiny_vision.config, tiny_vision.checkpoint, stage=stage)
+    config = train_config(steps=steps, batch_size=4, optim=vila_optim(stage, lr=3e-3), **changes)
+    return run(model, config, Loaders(build), stream=io.StringIO())
+
+
+def weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: value.detach().clone() for name, value in module.state_dict().items()}
+
+
+def test_vila_stage_0_trains_only_the_projector(sample_build, tiny_lm, tiny_vision):
+    from trainer.models.vila import build_vila
+
+    torch.manual_seed(0)
+    before = weights(
+        build_vila(vila_config(tiny_lm, tiny_vision.config, tiny_vision.checkpoint, stage=0))
+    )
+    after = weights(vila_run(sample_build, tiny_lm, tiny_vision, stage=0, steps=5).model)
+    changed = {name for name in before if not torch.equal(before[name], after[name])}
+    assert changed == {"projector.weight", "projector.bias"}
+
+
+def test_vila_stage_1_trains_the_lm_and_never_the_tower(sample_build, tiny_lm, tiny_vision):
+    from trainer.models.vila import build_vila
+
+    torch.manual_seed(0)
+    before = weights(
+        build_vila(vila_config(tiny_lm, tiny_vision.config, tiny_vision.checkpoint, stage=1))
+    )
+    result = vila_run(sample_build, tiny_lm, tiny_vision, stage=1, steps=25)
+    after = weights(result.model)
+    changed = {name for name in before if not torch.equal(before[name], after[name])}
+    assert not any(name.startswith("vision.") for name in changed)
+    assert "lm.model.layers.0.self_attn.q_proj.weight" in changed and "projector.weight" in changed
+    assert sum(result.losses[-5:]) / 5 < 0.8 * result.losses[0]
+
+
+def test_a_tokens_per_image_mismatch_stops_before_any_step(sample_build):
+    loaders = Loaders(sample_build)
+    config = train_config(steps=5, batch_size=2)
+    with pytest.raises(ConfigError) as raised:
+        run(prefixlm_config("tiny", patch_size=2), config, loaders, stream=io.StringIO())
+    assert str(raised.value).startswith(
+        "tokens_per_image mismatch: the data has 16 tokens per image, PrefixLM tiny (64 px, "
+        "resnet18 stem stride 4, patch 2) makes 64"
+    )
+    assert "\n" not in str(raised.value)
+    assert loaders.made[0].batches == 0  # not one batch was drawn
+
+
+def test_the_loss_is_normalised_by_the_global_count_across_accumulation(sample_build):
+    """Two micro-batches of one sequence take the same step as one batch of two: the loss is
+    the sum over both micro-batches' tokens divided by their total count."""
+    common = dict(optim=prefixlm_optim(lr=3e-3), log_every=1)
+    whole = run(
+        prefixlm_config("tiny"),
+        train_config(steps=4, batch_size=2, **common),
+        Loaders(sample_build),
+        stream=io.StringIO(),
+    )
+    split = run(
+        prefixlm_config("tiny"),
+        train_config(steps=4, batch_size=1, accumulate=2, **common),
+        Loaders(sample_build),
+        stream=io.StringIO(),
+    )
+    # each step's loss follows from the weights the steps before left: equal losses, equal steps
+    assert whole.losses == pytest.approx(split.losses, rel=1e-6, abs=0)
+    assert len(set(whole.losses)) == 4
+
+
+def test_stop_and_resume_continue_with_the_same_losses_step_for_step(sample_build, tmp_path):
+    uninterrupted = prefixlm_run(sample_build, steps=12, log_every=1)
+    output = str(tmp_path / "run")
+    config = train_config(
+        steps=12,
+        batch_size=4,
+        optim=prefixlm_optim(lr=3e-3),
+        log_every=1,
+        output=output,
+        checkpoint_every=4,
+    )
+    with pytest.raises(RuntimeError, match="the data node went away"):
+        run(prefixlm_config("tiny"), config, Loaders(sample_build, crash_after=6))
+    assert checkpoint.latest(output).endswith("step-00000004")
+    printed = io.StringIO()
+    resumed = run(
+        prefixlm_config("tiny"),
+        dataclasses.replace(config, resume=True),
+        Loaders(sample_build),
+        stream=printed,
+    )
+    assert resumed.first_step == 4 and "resumed from" in printed.getvalue()
+    assert resumed.losses == uninterrupted.losses[4:]
+    for (name, a), (_, b) in zip(
+        uninterrupted.model.state_dict().items(), resumed.model.state_dict().items()
+    ):
+        assert torch.equal(a, b), name
+
+
+def test_an_output_that_holds_checkpoints_is_not_overwritten(sample_build, tmp_path):
+    output = str(tmp_path / "run")
+    prefixlm_run(sample_build, steps=2, output=output, checkpoint_every=1)
+    with pytest.raises(ConfigError, match="already holds checkpoints .* pass --resume"):
+        prefixlm_run(sample_build, steps=2, output=output)
+
+
+def test_the_start_names_the_derived_quantities_and_each_interval_prints_one_line(
+    sample_build,
+):
+    printed = io.StringIO()
+    config = train_config(steps=4, batch_size=2, accumulate=3, log_every=2)
+    run(prefixlm_config("tiny"), config, Loaders(sample_build), stream=printed)
+    lines = printed.getvalue().splitlines()
+    assert lines[0].startswith("PrefixLM tiny: 0.5M parameters trainable, 0 frozen")
+    assert (
+        "per step: 2 sequences x 3 accumulation x 1 process(es) = 6 sequences, 576 tokens"
+        in (lines[2])
+    )
+    steps = [line for line in lines if line.startswith("step ")]
+    assert [line.split()[1] for line in steps] == ["2/4", "4/4"]
+    assert all("tokens/s" in line and "images/s" in line and "lr" in line for line in steps)
+
+
+def test_a_log_line_reports_rates_from_the_injected_clock():
+    now = [100.0]
+    meter = Meter(lambda: now[0])
+    meter.add(torch.tensor(2.0), tokens=3000, images=10)
+    meter.add(torch.tensor(4.0), tokens=1000, images=10)
+    now[0] = 102.0
+    text, losses = meter.line(step=50, steps=100, lr=1e-3, terminal=True)
+    assert losses == [2.0, 4.0]
+    assert text == (
+        "step 50/100  loss 3.0000  lr 1.00e-03  tokens/s 2,000  images/s 10.0  "
+        "[###############...............] 50%"
+    )
+
+
+def torchrun(spec: dict, tmp_path) -> list[dict]:
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({**spec, "out": str(tmp_path)}))
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+        + ["-m", "tests.trainer.ddp_worker", str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [torch.load(tmp_path / f"rank{rank}.pt") for rank in (0, 1)]
+
+
+def test_two_gloo_processes_train_together_and_keep_identical_weights(sample_build, tmp_path):
+    ranks = torchrun(
+        {"model": "prefixlm", "build": sample_build, "strategy": "ddp", "steps": 6}, tmp_path
+    )
+    assert [rank["strategy"] for rank in ranks] == ["ddp", "ddp"]
+    assert ranks[0]["losses"] == ranks[1]["losses"]  # the global loss, the same on both
+    assert ranks[0]["losses"][-1] < ranks[0]["losses"][0]
+    for name, value in ranks[0]["weights"].items():
+        assert torch.equal(value, ranks[1]["weights"][name]), name
+
+
+def test_fsdp2_shards_vila_and_takes_the_steps_ddp_takes(
+    sample_build,
+    tiny_lm,
+    tiny_vision,
+    tmp_path,
+):
+    spec = {
+        "model": "vila",
+        "lm": tiny_lm,
+        "vision": tiny_vision.config,
+        "vision_checkpoint": tiny_vision.checkpoint,
+        "build": sample_build,
+        "steps": 4,
+    }
+    (tmp_path / "ddp").mkdir()
+    (tmp_path / "fsdp").mkdir()
+    ddp = torchrun({**spec, "strategy": "ddp"}, tmp_path / "ddp")
+    fsdp = torchrun({**spec, "strategy": "fsdp"}, tmp_path / "fsdp")
+    assert fsdp[0]["strategy"] == "fsdp"
+    assert fsdp[0]["losses"] == pytest.approx(ddp[0]["losses"], rel=1e-5)
+    for name, value in ddp[0]["weights"].items():
+        torch.testing.assert_close(fsdp[0]["weights"][name], value, msg=name)
+        assert torch.equal(fsdp[0]["weights"][name], fsdp[1]["weights"][name]), name
