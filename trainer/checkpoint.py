@@ -228,5 +228,6 @@ def init_weights(model: nn.Module, where: str) -> int:
         if path is None:
             raise ConfigError(f"no checkpoint at {where}")
     weights = _load_torch(_join(path, "model.pt"))
+    count = len(weights)  # set_model_state_dict fills the dict in with the model's other tensors
     load_weights(model, weights, path)
-    return len(weights)
+    return count
