@@ -162,26 +162,29 @@ def describe(model: nn.Module, spec, config: TrainConfig, runtime: Runtime, name
 
 
 class Meter:
-    """Tokens, images and losses since the last log line; the clock is injected."""
+    """Tokens, images and losses since the last log line; the clock is injected. Counts stay
+    tensors on the device until a line is printed, so a step never waits for the device."""
 
     def __init__(self, clock: Callable[[], float]):
         self.clock = clock
         self.since = clock()
-        self.tokens = self.images = 0
+        self.tokens: torch.Tensor | int = 0
+        self.images: torch.Tensor | int = 0
         self.pending: list[torch.Tensor] = []
 
-    def add(self, loss: torch.Tensor, tokens: int, images: int) -> None:
+    def add(self, loss: torch.Tensor, tokens, images) -> None:
         self.pending.append(loss)
-        self.tokens += tokens
-        self.images += images
+        self.tokens = self.tokens + tokens
+        self.images = self.images + images
 
     def line(self, step: int, steps: int, lr: float, terminal: bool) -> tuple[str, list[float]]:
         losses = [float(loss) for loss in self.pending]
         now = self.clock()
         seconds = max(now - self.since, 1e-9)
+        tokens, images = float(self.tokens), float(self.images)
         text = (
             f"step {step:,}/{steps:,}  loss {sum(losses) / len(losses):.4f}  lr {lr:.2e}  "
-            f"tokens/s {self.tokens / seconds:,.0f}  images/s {self.images / seconds:,.1f}"
+            f"tokens/s {tokens / seconds:,.0f}  images/s {images / seconds:,.1f}"
         )
         if terminal:
             done = int(30 * step / steps)
@@ -281,7 +284,7 @@ def fit(
         runtime.step_done()
         step += 1
         loss = runtime.all_reduce_sum(step_loss) / targets
-        meter.add(loss, int(counts[1]), int(counts[2]))
+        meter.add(loss, counts[1], counts[2])
         if step % config.log_every == 0 or step == config.steps:
             text, logged = meter.line(step, config.steps, lr, terminal)
             losses += logged
@@ -306,6 +309,28 @@ def fit(
 
 
 LoaderFactory = Callable[..., Any]
+
+
+def data_loaders(data) -> LoaderFactory:
+    """``make_loader`` for :func:`run` from a ``trainer.loader.DataConfig``: the loader of each
+    rank, preparing images as the model wants them."""
+    from trainer.loader import Loader
+
+    def make_loader(
+        *, objective, batch_size, seed, image_size, image_mean, image_std, rank, world_size
+    ):
+        config = dataclasses.replace(
+            data,
+            objective=objective,
+            batch_size=batch_size,
+            seed=seed,
+            image_size=(image_size, image_size),
+            image_mean=tuple(image_mean),
+            image_std=tuple(image_std),
+        )
+        return Loader(config, rank=rank, world_size=world_size)
+
+    return make_loader
 
 
 def build_model(config: PrefixLMConfig | VilaConfig, spec) -> nn.Module:

@@ -1,0 +1,411 @@
+"""Training throughput: our loop (``trainer.train.fit``) side by side with a bare PyTorch loop.
+
+    python benchmarks/train.py                 # this CPU: tiny PrefixLM and tiny VILA
+    python benchmarks/train.py --gpu           # CUDA: base PrefixLM and a 1B-class VILA, with MFU
+    python benchmarks/train.py --gpu --quick   # the GPU configurations shrunk, to try the script
+
+Both sides train the same model (same initial weights) on the same synthetic
+batches that follow the trainer contract (two packed documents per row, the
+first with its images), with the same optimizer, clipping and precision (bf16
+autocast on CUDA). The bare loop is ``loss = model(batch) / targets;
+loss.backward(); clip; step`` and nothing else; ours adds the global token
+count, accumulation bookkeeping, the schedule and the log lines. A step's
+time is the interval between two batch draws (after ``torch.cuda.synchronize``
+on a GPU), the median over the measured steps after warm-up; both sides
+alternate ``--repeats`` times and the medians of their medians are compared.
+
+Reported per model: tokens/s (non-padding tokens), images/s, sequences/s, and
+on CUDA the model FLOP utilisation: FLOPs of one training step counted by
+``torch.utils.flop_counter.FlopCounterMode`` (forward and backward as
+executed; the frozen vision tower forward only) over the step time and the
+device's peak bf16 rate (``--peak-tflops``, default from the device name).
+
+The GPU models have random weights: PrefixLM ``base`` (SimVLM's 12+12 layers at
+width 768, ResNet-50 stem, 224 px: 196 tokens per image, seq_len 512), and
+VILA with a TinyLlama-shaped 1.1B Llama (22 layers, width 2048, vocabulary
+32,000) and open_clip's ViT-L-14-336 (576 tokens per image, seq_len 2048),
+stage 1 (projector and LM train).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402
+
+from trainer.config import (  # noqa: E402
+    prefixlm_config,
+    prefixlm_optim,
+    train_config,
+    vila_config,
+    vila_optim,
+)
+from trainer.runtime import start  # noqa: E402
+from trainer.train import fit, make_optimizer  # noqa: E402
+
+PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0}
+IGNORE = -100
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    seq_len: int
+    pad_id: int
+    image_token_id: int
+    tokens_per_image: int
+    image_size: tuple[int, int]
+    max_images: int
+    tokenizer_sha256: str
+    vocab_size: int
+
+
+def synthetic_batches(objective, spec, count, batch_size, image_size, seed=0):
+    """``count`` contract batches: per row, a document with ``max_images`` images and text,
+    then a text-only document; 95% of each row is filled."""
+    rng = np.random.default_rng(seed)
+    L, T, M = spec.seq_len, spec.tokens_per_image, spec.max_images
+    batches = []
+    for _ in range(count):
+        rows = []
+        for _ in range(batch_size):
+            used = int(0.95 * L)
+            first = int(rng.integers(M * T + 8, max(M * T + 9, used - 8)))
+            text1 = rng.integers(3, spec.vocab_size, first - M * T).tolist()
+            text2 = rng.integers(3, spec.vocab_size, used - first).tolist()
+            rows.append(([spec.image_token_id] * (M * T) + text1, text2))
+        batches.append(_collate(objective, rows, spec, image_size, rng))
+    return batches
+
+
+def _collate(objective, rows, spec, image_size, rng):
+    B, L, M = len(rows), spec.seq_len, spec.max_images
+    arrays = {
+        name: np.zeros((B, L), np.int64)
+        for name in ("input_ids", "segment_ids", "positions", "labels")
+    }
+    arrays["labels"][:] = IGNORE
+    encoder = {n: np.zeros((B, L), np.int64) for n in ("ids", "segments", "positions")}
+    decoder = {
+        n: np.zeros((B, L), np.int64) for n in ("inputs", "targets", "segments", "positions")
+    }
+    weights = np.zeros((B, L), np.float32)
+    for row, documents in enumerate(rows):
+        at = enc = dec = 0
+        for number, ids in enumerate(documents, 1):
+            n = len(ids)
+            arrays["input_ids"][row, at : at + n] = ids
+            arrays["segment_ids"][row, at : at + n] = number
+            arrays["positions"][row, at : at + n] = np.arange(n)
+            following = np.array(ids[1:])
+            arrays["labels"][row, at : at + n - 1] = np.where(
+                following == spec.image_token_id, IGNORE, following
+            )
+            at += n
+            images = sum(1 for i in ids if i == spec.image_token_id)
+            prefix = images + (n - images) // 2
+            encoder["ids"][row, enc : enc + prefix] = ids[:prefix]
+            encoder["segments"][row, enc : enc + prefix] = number
+            encoder["positions"][row, enc : enc + prefix] = np.arange(prefix)
+            enc += prefix
+            rest = ids[prefix:]
+            decoder["targets"][row, dec : dec + len(rest)] = rest
+            decoder["inputs"][row, dec : dec + len(rest)] = [spec.pad_id] + rest[:-1]
+            decoder["segments"][row, dec : dec + len(rest)] = number
+            decoder["positions"][row, dec : dec + len(rest)] = np.arange(len(rest))
+            weights[row, dec : dec + len(rest)] = 1.0
+            dec += len(rest)
+    batch = {name: torch.from_numpy(array) for name, array in arrays.items()}
+    batch["images"] = torch.from_numpy(
+        rng.standard_normal((B, M, 3, image_size, image_size), dtype=np.float32)
+    )
+    batch["image_mask"] = torch.ones(B, M, dtype=torch.bool)
+    if objective == "vila":
+        batch["position_ids"] = batch["positions"].clone()
+        return batch
+    del batch["labels"]
+    batch.update(
+        encoder_input_ids=torch.from_numpy(encoder["ids"]),
+        encoder_segment_ids=torch.from_numpy(encoder["segments"]),
+        encoder_positions=torch.from_numpy(encoder["positions"]),
+        decoder_input_ids=torch.from_numpy(decoder["inputs"]),
+        decoder_target_ids=torch.from_numpy(decoder["targets"]),
+        decoder_segment_ids=torch.from_numpy(decoder["segments"]),
+        decoder_positions=torch.from_numpy(decoder["positions"]),
+        decoder_loss_weights=torch.from_numpy(weights),
+    )
+    return batch
+
+
+class Timed:
+    """``draws`` batches, cycling through ``batches``, with the time of every draw stamped:
+    the interval between two draws is one whole step."""
+
+    def __init__(self, batches, spec, draws, cuda):
+        self.batches, self.spec, self.draws, self.cuda = batches, spec, draws, cuda
+        self.stamps: list[float] = []
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+    def __iter__(self):
+        for index in range(self.draws):
+            if self.cuda:
+                torch.cuda.synchronize()
+            self.stamps.append(time.perf_counter())
+            yield self.batches[index % len(self.batches)]
+
+    def step_times(self, warmup):
+        return np.diff(self.stamps)[warmup:].tolist()
+
+
+def bare_loop(model, loader, optim, runtime):
+    """The baseline: the same model, optimizer, clipping and precision, nothing else."""
+    model = runtime.wrap(model)
+    optimizer = make_optimizer(model, optim)
+    params = [p for p in model.parameters() if p.requires_grad]
+    for batch in loader:
+        batch = runtime.to_device(batch)
+        targets = model.count_targets(batch).clamp(min=1)
+        with runtime.autocast():
+            loss = model(batch) / targets
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, optim.clip_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
+def count_flops(model, batch, runtime):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = runtime.wrap(model)
+    batch = runtime.to_device(batch)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        with runtime.autocast():
+            loss = model(batch) / model.count_targets(batch).clamp(min=1)
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
+def peak_tflops(given):
+    if given:
+        return given
+    name = torch.cuda.get_device_name()
+    for key, value in PEAK_BF16_TFLOPS.items():
+        if key in name:
+            return value
+    raise SystemExit(f"unknown peak rate for {name}: pass --peak-tflops")
+
+
+def measure(name, make_model, objective, spec, image_size, optim, args, runtime):
+    cuda = runtime.kind == "cuda"
+    batches = synthetic_batches(objective, spec, 4, args.batch_size, image_size)
+    tokens = sum(int((b["segment_ids"] > 0).sum()) for b in batches) / len(batches)
+    images = sum(int(b["image_mask"].sum()) for b in batches) / len(batches)
+    ours, bare = [], []
+    for _ in range(args.repeats):
+        for side in ("ours", "bare"):
+            torch.manual_seed(0)
+            model = make_model(spec)
+            draws = args.warmup + args.steps + 1
+            loader = Timed(batches, spec, draws, cuda)
+            if side == "ours":
+                config = train_config(
+                    steps=draws,
+                    batch_size=args.batch_size,
+                    optim=optim,
+                    log_every=draws,
+                    precision=runtime.precision,
+                )
+                fit(model, loader, config, runtime, name=name, stream=io.StringIO())
+                ours.append(statistics.median(loader.step_times(args.warmup)))
+            else:
+                bare_loop(model, loader, optim, runtime)
+                bare.append(statistics.median(loader.step_times(args.warmup)))
+            del model
+            if cuda:
+                torch.cuda.empty_cache()
+    ours_s, bare_s = statistics.median(ours), statistics.median(bare)
+    result = {
+        "model": name,
+        "batch": args.batch_size,
+        "seq_len": spec.seq_len,
+        "tokens_per_step": tokens,
+        "images_per_step": images,
+        "step_s_ours": ours_s,
+        "step_s_bare": bare_s,
+        "tokens_per_s_ours": tokens / ours_s,
+        "tokens_per_s_bare": tokens / bare_s,
+        "images_per_s_ours": images / ours_s,
+        "ratio_ours_over_bare": bare_s / ours_s,  # throughput ratio
+    }
+    if cuda:
+        torch.manual_seed(0)
+        flops = count_flops(make_model(spec), batches[0], runtime)
+        peak = peak_tflops(args.peak_tflops) * 1e12
+        result["tflops_per_step"] = flops / 1e12
+        result["mfu_ours"] = flops / ours_s / peak
+        result["mfu_bare"] = flops / bare_s / peak
+    return result
+
+
+def tiny_models(directory):
+    """A tiny Llama config and a tiny open_clip config, written to ``directory``."""
+    from transformers import LlamaConfig
+
+    lm = os.path.join(directory, "tiny-llama")
+    LlamaConfig(
+        vocab_size=1000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    ).save_pretrained(lm)
+    vision = os.path.join(directory, "bench-tiny-clip.json")
+    with open(vision, "w") as handle:
+        json.dump(
+            {
+                "embed_dim": 32,
+                "vision_cfg": {
+                    "image_size": 32,
+                    "layers": 2,
+                    "width": 64,
+                    "patch_size": 8,
+                    "head_width": 32,
+                },
+                "text_cfg": {
+                    "context_length": 16,
+                    "vocab_size": 49408,
+                    "width": 32,
+                    "heads": 2,
+                    "layers": 2,
+                },
+            },
+            handle,
+        )
+    return lm, vision
+
+
+def billion_lm(directory, quick):
+    """A TinyLlama-shaped Llama (1.1B parameters) as a config: random weights."""
+    from transformers import LlamaConfig
+
+    path = os.path.join(directory, "llama-1b")
+    LlamaConfig(
+        vocab_size=32000,
+        hidden_size=2048,
+        intermediate_size=5632,
+        num_hidden_layers=2 if quick else 22,
+        num_attention_heads=32,
+        num_key_value_heads=4,
+        max_position_embeddings=2048,
+    ).save_pretrained(path)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpu", action="store_true", help="base PrefixLM and 1B VILA on CUDA")
+    parser.add_argument("--quick", action="store_true", help="shrink the GPU models (2 layers)")
+    parser.add_argument("--device", default=None, help="default: cuda with --gpu, else cpu")
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--steps", type=int, default=None, help="measured steps per run")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--peak-tflops", type=float, default=None)
+    parser.add_argument("--only", choices=["prefixlm", "vila"], default=None)
+    parser.add_argument("--json", default=None, help="also write the results here")
+    args = parser.parse_args()
+    device = args.device or ("cuda" if args.gpu else "cpu")
+    runtime = start(device)
+    from trainer.models.prefixlm import PrefixLM
+    from trainer.models.vila import build_vila
+
+    results = []
+    with tempfile.TemporaryDirectory() as directory:
+        if args.gpu:
+            args.steps = args.steps or 20
+            sizes = {"prefixlm": args.batch_size or 32, "vila": args.batch_size or 4}
+            prefix = prefixlm_config(
+                "base", **({"encoder_layers": 2, "decoder_layers": 2} if args.quick else {})
+            )
+            prefix_spec = Spec(512, 0, 32000, prefix.tokens_per_image, (224, 224), 1, "", 32000)
+            vila = vila_config(billion_lm(directory, args.quick), "ViT-L-14-336", None, stage=1)
+            vila_spec = Spec(2048, 0, 32000, 576, (336, 336), 2, "", 32000)
+            vila_name = "VILA 1.1B Llama + ViT-L-14-336, stage 1"
+        else:
+            args.steps = args.steps or 10
+            sizes = {"prefixlm": args.batch_size or 4, "vila": args.batch_size or 4}
+            prefix = prefixlm_config("tiny")
+            prefix_spec = Spec(256, 0, 1000, 16, (64, 64), 2, "", 1000)
+            lm, vision = tiny_models(directory)
+            vila = vila_config(lm, vision, None, stage=1)
+            vila_spec = Spec(256, 0, 1000, 16, (32, 32), 2, "", 1000)
+            vila_name = "VILA tiny, stage 1"
+        if args.only in (None, "prefixlm"):
+            args.batch_size = sizes["prefixlm"]
+            results.append(
+                measure(
+                    f"PrefixLM {prefix.size}" + (" (2+2 layers)" if args.quick else ""),
+                    lambda spec: PrefixLM(
+                        prefix,
+                        vocab_size=spec.vocab_size,
+                        seq_len=spec.seq_len,
+                        image_token_id=spec.image_token_id,
+                    ),
+                    "prefixlm",
+                    prefix_spec,
+                    prefix.image_size,
+                    prefixlm_optim(),
+                    args,
+                    runtime,
+                )
+            )
+        if args.only in (None, "vila"):
+            args.batch_size = sizes["vila"]
+
+            def make_vila(spec):
+                return build_vila(vila, spec.image_token_id)
+
+            size = make_vila(vila_spec).image_size
+            results.append(
+                measure(vila_name, make_vila, "vila", vila_spec, size, vila_optim(1), args, runtime)
+            )
+    where = torch.cuda.get_device_name() if runtime.kind == "cuda" else f"{os.cpu_count()} CPUs"
+    print(f"device: {where}; load average {os.getloadavg()[0]:.2f}")
+    for r in results:
+        line = (
+            f"{r['model']}: batch {r['batch']} x seq_len {r['seq_len']}; "
+            f"ours {r['tokens_per_s_ours']:,.0f} tokens/s, {r['images_per_s_ours']:,.1f} images/s "
+            f"({r['step_s_ours'] * 1000:,.1f} ms/step); bare loop "
+            f"{r['tokens_per_s_bare']:,.0f} tokens/s; ratio {r['ratio_ours_over_bare']:.3f}"
+        )
+        if "mfu_ours" in r:
+            line += f"; MFU ours {100 * r['mfu_ours']:.1f}%, bare {100 * r['mfu_bare']:.1f}%"
+        print(line)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,279 @@
+"""``corpora train …``: pretrain PrefixLM (``prefixlm``) or VILA (``vila``) on builds.
+
+The commands map flags onto ``trainer`` settings and hold no logic.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+
+import click
+
+from trainer.config import PROJECTORS, SIZES
+
+
+def _failure(message: str) -> click.ClickException:
+    # cli.main imports this module: import its one-line exit-2 error when a command runs.
+    from cli.main import UsageFailure
+
+    return UsageFailure(message)
+
+
+def parse_source(value: str) -> tuple[str, float]:
+    """``BUILD_OR_URLS[:WEIGHT]``: a trailing ``:number`` is the weight (default 1).
+
+    >>> parse_source("gs://bucket/mmc4-pairs:8"), parse_source("out/c4")
+    (('gs://bucket/mmc4-pairs', 8.0), ('out/c4', 1.0))
+    """
+    location, _, weight = value.rpartition(":")
+    if location and "/" not in weight:
+        try:
+            return location, float(weight)
+        except ValueError:
+            pass
+    return value, 1.0
+
+
+@click.group()
+def train() -> None:
+    """Train on builds: PrefixLM (SimVLM) or VILA."""
+
+
+def training_options(command):
+    """The flags both models share: data, steps and batch, optimizer, devices, checkpoints."""
+    options = [
+        click.option(
+            "--data",
+            "sources",
+            multiple=True,
+            required=True,
+            metavar="BUILD_OR_URLS[:WEIGHT]",
+            help="A build directory, its manifest.json, or shard URLs of a build, with an "
+            "optional weight. Repeatable (a blend).",
+        ),
+        click.option(
+            "--weight-unit",
+            type=click.Choice(["examples", "images", "tokens"]),
+            default="examples",
+            show_default=True,
+            help="What blend weights count (VILA's MMC4 + COYO: images; SimVLM's: examples).",
+        ),
+        click.option("--steps", type=click.IntRange(1), default=None, help="Optimizer steps."),
+        click.option(
+            "--batch-size",
+            type=click.IntRange(1),
+            default=8,
+            show_default=True,
+            help="Sequences per process per micro-step.",
+        ),
+        click.option(
+            "--accumulate",
+            type=click.IntRange(1),
+            default=1,
+            show_default=True,
+            help="Micro-steps per optimizer step.",
+        ),
+        click.option("--lr", type=float, default=None, help="Peak learning rate (the recipe's)."),
+        click.option("--warmup", type=float, default=None, help="Warmup, a fraction of the steps."),
+        click.option("--weight-decay", type=float, default=None),
+        click.option("--clip-norm", type=float, default=1.0, show_default=True),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option(
+            "--workers",
+            type=click.IntRange(0),
+            default=2,
+            show_default=True,
+            help="Loader worker processes per training process.",
+        ),
+        click.option("--shuffle-buffer", type=click.IntRange(0), default=1000, show_default=True),
+        click.option("--verify", is_flag=True, help="Check each shard's sha256 as it is read."),
+        click.option(
+            "--precision",
+            type=click.Choice(["auto", "bf16", "fp32"]),
+            default="auto",
+            show_default=True,
+            help="auto: bf16 autocast on CUDA and TPU, fp32 on the CPU.",
+        ),
+        click.option(
+            "--device",
+            type=click.Choice(["auto", "cpu", "cuda", "xla"]),
+            default="auto",
+            show_default=True,
+        ),
+        click.option(
+            "--strategy",
+            type=click.Choice(["auto", "ddp", "fsdp"]),
+            default="auto",
+            show_default=True,
+            help="Under torchrun: auto is FSDP2 for VILA on CUDA, DDP otherwise.",
+        ),
+        click.option("--log-every", type=click.IntRange(1), default=10, show_default=True),
+        click.option("--checkpoint-every", type=click.IntRange(1), default=1000, show_default=True),
+        click.option("--keep-checkpoints", type=click.IntRange(1), default=3, show_default=True),
+        click.option(
+            "--output",
+            default=None,
+            help="Directory or gs:// / s3:// URL for checkpoints. Default: none are written.",
+        ),
+        click.option(
+            "--resume", is_flag=True, help="Continue from the latest checkpoint in --output."
+        ),
+        click.option(
+            "--smoke",
+            is_flag=True,
+            help="Laptop-sized: 20 steps of 2 sequences, no loader workers (PrefixLM: tiny).",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _train_config(flags: dict, optim):
+    import dataclasses
+
+    from trainer.config import smoke, train_config
+
+    if flags["steps"] is None and not flags["smoke"]:
+        raise _failure("--steps is required (or --smoke)")
+    changes = {
+        name: flags[name] for name in ("lr", "warmup", "weight_decay") if flags[name] is not None
+    }
+    optim = dataclasses.replace(optim, clip_norm=flags["clip_norm"], **changes)
+    config = train_config(
+        steps=flags["steps"] or 20,
+        batch_size=flags["batch_size"],
+        optim=optim,
+        accumulate=flags["accumulate"],
+        seed=flags["seed"],
+        precision=flags["precision"],
+        device=flags["device"],
+        strategy=flags["strategy"],
+        log_every=flags["log_every"],
+        checkpoint_every=flags["checkpoint_every"],
+        keep_checkpoints=flags["keep_checkpoints"],
+        output=flags["output"],
+        resume=flags["resume"],
+    )
+    return smoke(config) if flags["smoke"] else config
+
+
+def _run(model_config, make_config, flags: dict) -> None:
+    from trainer.config import ConfigError
+
+    try:
+        config = make_config()
+        from trainer.loader import data_config
+        from trainer.train import data_loaders, run
+
+        data = data_config(
+            [parse_source(source) for source in flags["sources"]],
+            weight_unit=flags["weight_unit"],
+            num_workers=0 if flags["smoke"] else flags["workers"],
+            shuffle_buffer=flags["shuffle_buffer"],
+            verify=flags["verify"],
+        )
+        run(model_config(), config, data_loaders(data))
+    except click.ClickException:
+        raise
+    except (ConfigError, ValueError, OSError) as exc:  # bad settings, blends, paths: one line
+        message = str(exc).strip().splitlines()
+        raise _failure(message[0] if message else type(exc).__name__) from None
+    except KeyboardInterrupt:
+        click.echo("corpora: training interrupted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # the run failed: one line, exit 1
+        if logging.getLogger().isEnabledFor(logging.INFO):
+            raise
+        message = str(exc).strip().splitlines()
+        click.echo(
+            f"corpora: training failed: {message[-1] if message else type(exc).__name__}",
+            err=True,
+        )
+        sys.exit(1)
+
+
+@train.command()
+@training_options
+@click.option(
+    "--size",
+    type=click.Choice(SIZES),
+    default="base",
+    show_default=True,
+    help="base: 12+12 layers at width 768; large: 24+24 at 1024; tiny: for tests.",
+)
+@click.option(
+    "--image-size",
+    type=click.IntRange(1),
+    default=None,
+    help="Pixels per side (tiny 64, base and large 224); the stem's patch count follows and "
+    "must equal the build's tokens_per_image.",
+)
+def prefixlm(size, image_size, **flags):
+    """Pretrain SimVLM's PrefixLM from scratch on builds (e.g. image-text pairs + C4, 8:1)."""
+    from trainer.config import ConfigError, prefixlm_config, prefixlm_optim
+
+    def model_config():
+        changes = {"image_size": image_size} if image_size else {}
+        try:
+            return prefixlm_config("tiny" if flags["smoke"] else size, **changes)
+        except ConfigError as exc:
+            raise _failure(str(exc)) from None
+
+    _run(model_config, functools.partial(_train_config, flags, prefixlm_optim()), flags)
+
+
+@train.command()
+@training_options
+@click.option(
+    "--lm",
+    required=True,
+    help="A local Hugging Face causal LM directory (Llama-2 style), or a config.json for "
+    "random weights.",
+)
+@click.option(
+    "--vision",
+    required=True,
+    help="open_clip architecture (ViT-L-14-336) or the path of an open_clip model config.",
+)
+@click.option(
+    "--vision-pretrained",
+    default=None,
+    help="The tower's weights: a local checkpoint file (or an open_clip tag; needs network).",
+)
+@click.option(
+    "--stage",
+    type=click.IntRange(0, 1),
+    required=True,
+    help="0: train the projector only; 1: the projector and the LM.",
+)
+@click.option("--projector", type=click.Choice(PROJECTORS), default="linear", show_default=True)
+@click.option(
+    "--init",
+    default=None,
+    help="Start from the trained weights of a checkpoint or an --output (stage 1 from stage 0).",
+)
+@click.option(
+    "--attn-implementation",
+    type=click.Choice(["sdpa", "eager"]),
+    default="sdpa",
+    show_default=True,
+)
+def vila(lm, vision, vision_pretrained, stage, projector, init, attn_implementation, **flags):
+    """Pretrain VILA (stage 0: projector; stage 1: projector and LM) on builds."""
+    from trainer.config import vila_config, vila_optim
+
+    def model_config():
+        return vila_config(
+            lm,
+            vision,
+            vision_pretrained,
+            stage=stage,
+            projector=projector,
+            init=init,
+            attn_implementation=attn_implementation,
+        )
+
+    _run(model_config, functools.partial(_train_config, flags, vila_optim(stage)), flags)
