@@ -77,9 +77,21 @@ def training_options(command):
         ),
         click.option("--lr", type=float, default=None, help="Peak learning rate (the recipe's)."),
         click.option("--warmup", type=float, default=None, help="Warmup, a fraction of the steps."),
-        click.option("--weight-decay", type=float, default=None),
-        click.option("--clip-norm", type=float, default=1.0, show_default=True),
-        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--weight-decay", type=float, default=None, help="AdamW's (the recipe's)."),
+        click.option(
+            "--clip-norm",
+            type=float,
+            default=1.0,
+            show_default=True,
+            help="Gradients are clipped to this global norm.",
+        ),
+        click.option(
+            "--seed",
+            type=int,
+            default=0,
+            show_default=True,
+            help="Data order, initial weights and dropout.",
+        ),
         click.option(
             "--workers",
             type=click.IntRange(0),
@@ -87,7 +99,13 @@ def training_options(command):
             show_default=True,
             help="Loader worker processes per training process.",
         ),
-        click.option("--shuffle-buffer", type=click.IntRange(0), default=1000, show_default=True),
+        click.option(
+            "--shuffle-buffer",
+            type=click.IntRange(0),
+            default=1000,
+            show_default=True,
+            help="Samples in each stream's shuffle buffer.",
+        ),
         click.option("--verify", is_flag=True, help="Check each shard's sha256 as it is read."),
         click.option(
             "--precision",
@@ -101,6 +119,8 @@ def training_options(command):
             type=click.Choice(["auto", "cpu", "cuda", "xla"]),
             default="auto",
             show_default=True,
+            help="auto: a TPU when torch_xla is installed and PJRT_DEVICE is set, else CUDA "
+            "when there is a GPU, else the CPU.",
         ),
         click.option(
             "--strategy",
@@ -109,9 +129,27 @@ def training_options(command):
             show_default=True,
             help="Under torchrun: auto is FSDP2 for VILA on CUDA, DDP otherwise.",
         ),
-        click.option("--log-every", type=click.IntRange(1), default=10, show_default=True),
-        click.option("--checkpoint-every", type=click.IntRange(1), default=1000, show_default=True),
-        click.option("--keep-checkpoints", type=click.IntRange(1), default=3, show_default=True),
+        click.option(
+            "--log-every",
+            type=click.IntRange(1),
+            default=10,
+            show_default=True,
+            help="Steps per log line.",
+        ),
+        click.option(
+            "--checkpoint-every",
+            type=click.IntRange(1),
+            default=1000,
+            show_default=True,
+            help="Steps between checkpoints (one is written at the end too).",
+        ),
+        click.option(
+            "--keep-checkpoints",
+            type=click.IntRange(1),
+            default=3,
+            show_default=True,
+            help="How many of the newest checkpoints are kept.",
+        ),
         click.option(
             "--output",
             default=None,
@@ -196,7 +234,6 @@ def _run(model_config, make_config, flags: dict) -> None:
 
 
 @train.command()
-@training_options
 @click.option(
     "--size",
     type=click.Choice(SIZES),
@@ -211,6 +248,7 @@ def _run(model_config, make_config, flags: dict) -> None:
     help="Pixels per side (tiny 64, base and large 224); the stem's patch count follows and "
     "must equal the build's tokens_per_image.",
 )
+@training_options
 def prefixlm(size, image_size, **flags):
     """Pretrain SimVLM's PrefixLM from scratch on builds (e.g. image-text pairs + C4, 8:1)."""
     from trainer.config import ConfigError, prefixlm_config, prefixlm_optim
@@ -226,7 +264,6 @@ def prefixlm(size, image_size, **flags):
 
 
 @train.command()
-@training_options
 @click.option(
     "--lm",
     required=True,
@@ -249,7 +286,13 @@ def prefixlm(size, image_size, **flags):
     required=True,
     help="0: train the projector only; 1: the projector and the LM.",
 )
-@click.option("--projector", type=click.Choice(PROJECTORS), default="linear", show_default=True)
+@click.option(
+    "--projector",
+    type=click.Choice(PROJECTORS),
+    default="linear",
+    show_default=True,
+    help="linear (VILA) or mlp2x_gelu (LLaVA-1.5).",
+)
 @click.option(
     "--init",
     default=None,
@@ -260,7 +303,9 @@ def prefixlm(size, image_size, **flags):
     type=click.Choice(["sdpa", "eager"]),
     default="sdpa",
     show_default=True,
+    help="The LM's attention; both take the per-document mask.",
 )
+@training_options
 def vila(lm, vision, vision_pretrained, stage, projector, init, attn_implementation, **flags):
     """Pretrain VILA (stage 0: projector; stage 1: projector and LM) on builds."""
     from trainer.config import vila_config, vila_optim

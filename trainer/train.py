@@ -44,6 +44,8 @@ from trainer.config import ConfigError, OptimConfig, PrefixLMConfig, TrainConfig
 from trainer.models.slots import check_slots
 from trainer.runtime import Runtime, start
 
+READ_COUNTERS = ("samples", "shards_skipped", "samples_skipped")
+
 
 @dataclasses.dataclass
 class Result:
@@ -138,20 +140,21 @@ def describe(model: nn.Module, spec, config: TrainConfig, runtime: Runtime, name
     sequences = config.batch_size * config.accumulate * runtime.world_size
     optim = config.optim
     warmup = int(round(optim.warmup * config.steps))
+    processes = "1 process" if runtime.world_size == 1 else f"{runtime.world_size} processes"
+    parallel = "" if runtime.strategy == "none" else f" ({runtime.strategy})"
     lines = [
         f"{name}: {_millions(trainable)} parameters trainable, {_millions(frozen)} frozen",
-        f"{runtime.world_size} process(es) on {runtime.kind} ({runtime.strategy}), "
-        f"precision {runtime.precision}",
+        f"{processes} on {runtime.kind}{parallel}, precision {runtime.precision}",
         f"per step: {config.batch_size} sequences x {config.accumulate} accumulation x "
-        f"{runtime.world_size} process(es) = {sequences:,} sequences, "
-        f"{sequences * spec.seq_len:,} tokens (seq_len {spec.seq_len})",
+        f"{processes} = {sequences:,} sequences, {sequences * spec.seq_len:,} tokens "
+        f"(seq_len {spec.seq_len})",
         f"{config.steps:,} steps, AdamW lr {optim.lr:g} ({warmup:,} warmup steps, "
         f"{optim.decay} decay), weight decay {optim.weight_decay:g}, clip {optim.clip_norm:g}",
     ]
     if spec.image_token_id is not None:
         lines.append(
             f"images: {model.tokens_per_image} tokens each, up to {spec.max_images} per "
-            f"sequence, {model.image_size} px ({model.image_source})"
+            f"sequence, from {model.image_source}"
         )
     if config.output is not None:
         lines.append(
@@ -305,6 +308,10 @@ def fit(
                 keep=config.keep_checkpoints,
             )
             say(f"checkpoint: {saved}")
+    counters = getattr(loader, "counters", None) or {}
+    read = [f"{counters[k]:,} {k.replace('_', ' ')}" for k in READ_COUNTERS if k in counters]
+    if read:  # skipped shards were each named in a warning as they happened
+        say("data read by the first process: " + ", ".join(read))
     return Result(losses, first_step, step, saved, model)
 
 
