@@ -42,6 +42,7 @@ class Runtime:
     precision: str = "fp32"
     strategy: str = "none"  # what wrap() did: "none", "ddp" or "fsdp"
     owns_group: bool = False
+    data_state: dict | None = None  # XLA: the stream's position after the last batch taken
 
     @property
     def is_main(self) -> bool:
@@ -53,17 +54,30 @@ class Runtime:
         return torch.autocast(self.kind, dtype=torch.bfloat16)
 
     def to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        if self.kind == "xla":
-            return batch  # the parallel loader has moved it
+        if self.kind == "xla":  # the device loader has moved it
+            batch = dict(batch)
+            self.data_state = batch.pop(DATA_STATE)
+            return batch
         return {name: value.to(self.device, non_blocking=True) for name, value in batch.items()}
 
-    def batches(self, batches: Iterable[dict[str, torch.Tensor]]) -> Iterator:
-        """On XLA, a loader that copies to the device in the background; elsewhere as given."""
-        if self.kind == "xla":
-            import torch_xla.distributed.parallel_loader as pl
+    def batches(self, loader: Iterable[dict[str, torch.Tensor]]) -> Iterator:
+        """On XLA, a device loader that copies batches in the background; elsewhere the
+        loader's own iterator."""
+        if self.kind != "xla":
+            return iter(loader)
+        import torch_xla.distributed.parallel_loader as pl
 
-            return iter(pl.MpDeviceLoader(batches, self.device))
-        return iter(batches)
+        def tagged():
+            # the device loader reads ahead: each batch carries the stream's position after
+            # it, so a checkpoint records what the loop took, not what was prefetched
+            for batch in loader:
+                yield {**batch, DATA_STATE: loader.state_dict()}
+
+        return iter(pl.MpDeviceLoader(tagged(), self.device))
+
+    def consumed(self, loader):
+        """The loader as a checkpoint should see it: positioned after the batches taken."""
+        return _Consumed(loader, self.data_state) if self.data_state is not None else loader
 
     def wrap(
         self,
@@ -161,6 +175,17 @@ class Runtime:
 
             dist.destroy_process_group()
             self.owns_group = False
+
+
+DATA_STATE = "__data_state__"
+
+
+class _Consumed:
+    def __init__(self, loader, state: dict):
+        self.loader, self.state = loader, state
+
+    def state_dict(self) -> dict:
+        return self.state
 
 
 def _xla_available() -> bool:

@@ -301,7 +301,7 @@ def fit(
                 model=wrapped if runtime.strategy == "ddp" else model,
                 optimizer=optimizer,
                 scheduler=scheduler,
-                loader=loader,
+                loader=runtime.consumed(loader),
                 runtime=runtime,
                 trainable=trainable,
                 settings=settings or {},

@@ -288,3 +288,23 @@ class ShardBatches:
             self.batches += 1
             self.counters["samples"] += len(picked)
             yield self._batch(picked)
+
+
+class Crashing:
+    """A loader that fails after ``after`` batches, as a stream whose node went away would."""
+
+    def __init__(self, loader, after: int):
+        self.loader, self.after = loader, after
+        self.spec = loader.spec
+
+    def state_dict(self):
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state):
+        self.loader.load_state_dict(state)
+
+    def __iter__(self):
+        for taken, batch in enumerate(self.loader):
+            if taken == self.after:
+                raise RuntimeError("the data node went away")
+            yield batch

@@ -5,7 +5,9 @@
 
 SPEC.json names the model (``prefixlm``, or ``vila`` with its files), the build,
 the strategy, the steps and where to write: each rank writes ``rank{R}.pt``
-with its losses and its model's weights (whole, gathered under FSDP).
+with its losses and its model's weights (whole, gathered under FSDP). With
+``output`` it checkpoints there (and resumes from there); with ``crash_after``
+its data stream fails after that many batches.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch
 def main(path: str) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    from tests.trainer.contract import ShardBatches
+    from tests.trainer.contract import Crashing, ShardBatches
     from trainer.config import prefixlm_config, prefixlm_optim, train_config, vila_config
     from trainer.runtime import start
     from trainer.train import run
@@ -43,7 +45,8 @@ def main(path: str) -> None:
     )
 
     def make_loader(**options):
-        return ShardBatches(spec["build"], **options)
+        loader = ShardBatches(spec["build"], **options)
+        return Crashing(loader, spec["crash_after"]) if "crash_after" in spec else loader
 
     runtime = start("cpu")
     try:

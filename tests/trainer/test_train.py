@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tests.helpers import REPO
-from tests.trainer.contract import ShardBatches
+from tests.trainer.contract import Crashing, ShardBatches
 from trainer import checkpoint
 from trainer.config import (
     ConfigError,
@@ -44,24 +44,6 @@ class Loaders:
             loader = Crashing(loader, self.crash_after)
         self.made.append(loader)
         return loader
-
-
-class Crashing:
-    def __init__(self, loader, after: int):
-        self.loader, self.after = loader, after
-        self.spec = loader.spec
-
-    def state_dict(self):
-        return self.loader.state_dict()
-
-    def load_state_dict(self, state):
-        self.loader.load_state_dict(state)
-
-    def __iter__(self):
-        for taken, batch in enumerate(self.loader):
-            if taken == self.after:
-                raise RuntimeError("the data node went away")
-            yield batch
 
 
 def prefixlm_run(build, steps=30, **changes):
@@ -200,9 +182,9 @@ def test_the_start_names_the_derived_quantities_and_each_interval_prints_one_lin
     run(prefixlm_config("tiny"), config, Loaders(sample_build), stream=printed)
     lines = printed.getvalue().splitlines()
     assert lines[0].startswith("PrefixLM tiny: 0.5M parameters trainable, 0 frozen")
-    assert (
-        "per step: 2 sequences x 3 accumulation x 1 process(es) = 6 sequences, 576 tokens"
-        in (lines[2])
+    assert lines[1] == "1 process on cpu, precision fp32"
+    assert lines[2] == (
+        "per step: 2 sequences x 3 accumulation x 1 process = 6 sequences, 576 tokens (seq_len 96)"
     )
     steps = [line for line in lines if line.startswith("step ")]
     assert [line.split()[1] for line in steps] == ["2/4", "4/4"]
@@ -223,9 +205,9 @@ def test_a_log_line_reports_rates_from_the_injected_clock():
     )
 
 
-def torchrun(spec: dict, tmp_path) -> list[dict]:
-    path = tmp_path / "spec.json"
-    path.write_text(json.dumps({**spec, "out": str(tmp_path)}))
+def torchrun(spec: dict, out, check=True):
+    path = out / "spec.json"
+    path.write_text(json.dumps({**spec, "out": str(out)}))
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
@@ -235,8 +217,10 @@ def torchrun(spec: dict, tmp_path) -> list[dict]:
         text=True,
         timeout=900,
     )
+    if not check:
+        return result
     assert result.returncode == 0, result.stderr[-3000:]
-    return [torch.load(tmp_path / f"rank{rank}.pt") for rank in (0, 1)]
+    return [torch.load(out / f"rank{rank}.pt") for rank in (0, 1)]
 
 
 def test_two_gloo_processes_train_together_and_keep_identical_weights(sample_build, tmp_path):
@@ -250,11 +234,8 @@ def test_two_gloo_processes_train_together_and_keep_identical_weights(sample_bui
         assert torch.equal(value, ranks[1]["weights"][name]), name
 
 
-def test_fsdp2_shards_vila_and_takes_the_steps_ddp_takes(
-    sample_build,
-    tiny_lm,
-    tiny_vision,
-    tmp_path,
+def test_fsdp2_shards_vila_takes_the_steps_ddp_takes_and_resumes(
+    sample_build, tiny_lm, tiny_vision, tmp_path
 ):
     spec = {
         "model": "vila",
@@ -264,12 +245,17 @@ def test_fsdp2_shards_vila_and_takes_the_steps_ddp_takes(
         "build": sample_build,
         "steps": 4,
     }
-    (tmp_path / "ddp").mkdir()
-    (tmp_path / "fsdp").mkdir()
+    for name in ("ddp", "fsdp"):
+        (tmp_path / name).mkdir()
     ddp = torchrun({**spec, "strategy": "ddp"}, tmp_path / "ddp")
-    fsdp = torchrun({**spec, "strategy": "fsdp"}, tmp_path / "fsdp")
-    assert fsdp[0]["strategy"] == "fsdp"
-    assert fsdp[0]["losses"] == pytest.approx(ddp[0]["losses"], rel=1e-5)
+    # FSDP2 stops after two steps and their checkpoint, then resumes from it
+    fsdp = {**spec, "strategy": "fsdp", "output": str(tmp_path / "run"), "checkpoint_every": 2}
+    crashed = torchrun({**fsdp, "crash_after": 3}, tmp_path / "fsdp", check=False)
+    assert crashed.returncode != 0 and "the data node went away" in crashed.stderr
+    assert checkpoint.latest(str(tmp_path / "run")).endswith("step-00000002")
+    resumed = torchrun(fsdp, tmp_path / "fsdp")
+    assert resumed[0]["strategy"] == "fsdp"
+    assert resumed[0]["losses"] == pytest.approx(ddp[0]["losses"][2:], rel=1e-5)
     for name, value in ddp[0]["weights"].items():
-        torch.testing.assert_close(fsdp[0]["weights"][name], value, msg=name)
-        assert torch.equal(fsdp[0]["weights"][name], fsdp[1]["weights"][name]), name
+        torch.testing.assert_close(resumed[0]["weights"][name], value, msg=name)
+        assert torch.equal(resumed[0]["weights"][name], resumed[1]["weights"][name]), name
