@@ -256,13 +256,14 @@ def measure(name, make_model, objective, spec, image_size, optim, args, runtime)
         "images_per_s_ours": images / ours_s,
         "ratio_ours_over_bare": bare_s / ours_s,  # throughput ratio
     }
-    if cuda:
+    if args.gpu:
         torch.manual_seed(0)
         flops = count_flops(make_model(spec), batches[0], runtime)
-        peak = peak_tflops(args.peak_tflops) * 1e12
         result["tflops_per_step"] = flops / 1e12
-        result["mfu_ours"] = flops / ours_s / peak
-        result["mfu_bare"] = flops / bare_s / peak
+        if cuda:
+            peak = peak_tflops(args.peak_tflops) * 1e12
+            result["mfu_ours"] = flops / ours_s / peak
+            result["mfu_bare"] = flops / bare_s / peak
     return result
 
 
@@ -399,6 +400,8 @@ def main() -> None:
             f"({r['step_s_ours'] * 1000:,.1f} ms/step); bare loop "
             f"{r['tokens_per_s_bare']:,.0f} tokens/s; ratio {r['ratio_ours_over_bare']:.3f}"
         )
+        if "tflops_per_step" in r:
+            line += f"; {r['tflops_per_step']:,.2f} TFLOP per step"
         if "mfu_ours" in r:
             line += f"; MFU ours {100 * r['mfu_ours']:.1f}%, bare {100 * r['mfu_bare']:.1f}%"
         print(line)

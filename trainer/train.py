@@ -258,7 +258,10 @@ def fit(
     batches = runtime.batches(loader)
     checked = False
     while step < config.steps:
-        micro = [next(batches) for _ in range(config.accumulate)]
+        try:
+            micro = [next(batches) for _ in range(config.accumulate)]
+        except StopIteration:  # the loaders are endless; a finite iterable ran out
+            raise RuntimeError(f"the data stream ended after {step:,} steps") from None
         if not checked:
             check_batch(model, micro[0], spec)
             checked = True

@@ -1,0 +1,136 @@
+"""`corpora train prefixlm` and `corpora train vila` end to end, on a build made by
+`corpora build`, as a user runs them."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.helpers import REPO, run_cli
+from tests.trainer.tiny import sample_build, tiny_lm, tiny_vision  # noqa: F401  (fixtures)
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+
+def test_prefixlm_smoke_trains_prints_and_checkpoints(sample_build, tmp_path):  # noqa: F811
+    output = str(tmp_path / "run")
+    result = run_cli(
+        "train", "prefixlm", "--data", sample_build, "--smoke", "--lr", "3e-3", "--output", output
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "PrefixLM tiny: 0.5M parameters trainable, 0 frozen"
+    assert "per step: 2 sequences x 1 accumulation x 1 process = 2 sequences, 192 tokens" in (
+        result.stdout
+    )
+    steps = [line for line in lines if line.startswith("step ")]
+    assert [line.split()[1] for line in steps] == ["5/20", "10/20", "15/20", "20/20"]
+    losses = [float(line.split()[3]) for line in steps]
+    assert losses[-1] < losses[0]
+    latest = open(os.path.join(output, "checkpoints", "latest")).read()
+    assert latest == "step-00000020"
+    weights = torch.load(os.path.join(output, "checkpoints", latest, "model.pt"))
+    assert weights["token_embedding.weight"].shape == (1000, 64)
+
+
+def test_a_tokens_per_image_mismatch_exits_2_with_one_line_before_any_step(
+    sample_build,  # noqa: F811
+):
+    result = run_cli("train", "prefixlm", "--data", sample_build, "--size", "base", "--steps", "5")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "corpora: tokens_per_image mismatch: the data has 16 tokens per image, PrefixLM base "
+        "(224 px, resnet50 stem stride 16, patch 1) makes 196 (rebuild with --tokens-per-image "
+        "196, or change the model)"
+    ]
+    assert "step " not in result.stdout
+
+
+def test_vila_stage_0_then_stage_1_from_its_projector(
+    sample_build,  # noqa: F811
+    tiny_lm,  # noqa: F811
+    tiny_vision,  # noqa: F811
+    tmp_path,
+):
+    common = [
+        "--lm",
+        tiny_lm,
+        "--vision",
+        tiny_vision.config,
+        "--vision-pretrained",
+        tiny_vision.checkpoint,
+        "--data",
+        sample_build,
+        "--smoke",
+    ]
+    stage0 = str(tmp_path / "stage0")
+    first = run_cli("train", "vila", "--stage", "0", *common, "--output", stage0)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("VILA stage 0: 4,160 parameters trainable")
+    projector = torch.load(os.path.join(stage0, "checkpoints", "step-00000020", "model.pt"))
+    assert sorted(projector) == ["projector.bias", "projector.weight"]
+    stage1 = str(tmp_path / "stage1")
+    second = run_cli("train", "vila", "--stage", "1", "--init", stage0, *common, "--output", stage1)
+    assert second.returncode == 0, second.stderr
+    assert f"initialised 2 tensors from {stage0}" in second.stdout
+    assert "VILA stage 1:" in second.stdout
+    trained = torch.load(os.path.join(stage1, "checkpoints", "step-00000020", "model.pt"))
+    assert "lm.model.layers.0.mlp.up_proj.weight" in trained
+    assert not any(name.startswith("vision.") for name in trained)
+
+
+def test_resume_continues_and_an_output_with_checkpoints_needs_it(
+    sample_build,  # noqa: F811
+    tmp_path,
+):
+    output = str(tmp_path / "run")
+    flags = ["train", "prefixlm", "--data", sample_build, "--size", "tiny", "--batch-size", "2"]
+    first = run_cli(*flags, "--steps", "4", "--checkpoint-every", "2", "--output", output)
+    assert first.returncode == 0, first.stderr
+    again = run_cli(*flags, "--steps", "6", "--output", output)
+    assert again.returncode == 2
+    assert "already holds checkpoints" in again.stderr and "pass --resume" in again.stderr
+    resumed = run_cli(*flags, "--steps", "6", "--output", output, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from" in resumed.stdout and "step-00000004 at step 4" in resumed.stdout
+    assert [
+        line.split()[1] for line in resumed.stdout.splitlines() if line.startswith("step ")
+    ] == ["6/6"]
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["prefixlm"], "corpora: --steps is required (or --smoke)"),
+        (["prefixlm", "--smoke", "--image-size", "70"], "corpora: image size 70 is not a multiple"),
+        (
+            ["vila", "--stage", "1", "--smoke", "--lm", "/no/such/lm", "--vision", "ViT-B-32"],
+            "corpora: LM not found: /no/such/lm",
+        ),
+    ],
+)
+def test_bad_settings_exit_2_with_one_line(sample_build, flags, message):  # noqa: F811
+    result = run_cli("train", *flags[:1], "--data", sample_build, *flags[1:])
+    assert result.returncode == 2
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(message)
+
+
+def test_torchrun_starts_two_processes_that_train_together(sample_build, tmp_path):  # noqa: F811
+    output = str(tmp_path / "run")
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+        + ["-m", "cli.main", "train", "prefixlm", "--data", sample_build, "--smoke"]
+        + ["--device", "cpu", "--output", output],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "2 processes on cpu (ddp), precision fp32" in result.stdout
+    assert "x 2 processes = 4 sequences" in result.stdout
+    saved = os.path.join(output, "checkpoints", "step-00000020")
+    assert {"data-rank00000.pt", "data-rank00001.pt", "model.pt"} <= set(os.listdir(saved))
