@@ -305,8 +305,23 @@ def prefixlm(size, image_size, **flags):
     show_default=True,
     help="The LM's attention; both take the per-document mask.",
 )
+@click.option(
+    "--activation-checkpointing",
+    is_flag=True,
+    help="Recompute the LM's layers in the backward pass: less memory, about a third more compute.",
+)
 @training_options
-def vila(lm, vision, vision_pretrained, stage, projector, init, attn_implementation, **flags):
+def vila(
+    lm,
+    vision,
+    vision_pretrained,
+    stage,
+    projector,
+    init,
+    attn_implementation,
+    activation_checkpointing,
+    **flags,
+):
     """Pretrain VILA (stage 0: projector; stage 1: projector and LM) on builds."""
     from trainer.config import vila_config, vila_optim
 
@@ -319,6 +334,7 @@ def vila(lm, vision, vision_pretrained, stage, projector, init, attn_implementat
             projector=projector,
             init=init,
             attn_implementation=attn_implementation,
+            activation_checkpointing=activation_checkpointing,
         )
 
     _run(model_config, functools.partial(_train_config, flags, vila_optim(stage)), flags)

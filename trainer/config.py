@@ -132,6 +132,7 @@ class VilaConfig:
     stage: int = 0
     attn_implementation: str = "sdpa"
     init: str | None = None  # a checkpoint whose trained weights start this run (stage 0 → 1)
+    activation_checkpointing: bool = False  # recompute the LM's layers in backward: less memory
 
     def __post_init__(self) -> None:
         if self.projector not in PROJECTORS:

@@ -237,4 +237,7 @@ def build_vila(config: VilaConfig, image_token_id: int | None = None) -> Vila:
     lm = load_lm(config.lm, config.attn_implementation)
     name = os.path.splitext(os.path.basename(config.vision))[0]  # a config file names its arch
     tower = VisionTower(load_vision(config.vision, config.vision_pretrained), name)
+    if config.activation_checkpointing:
+        # non-reentrant: works with frozen layers (stage 0) and with FSDP2
+        lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     return Vila(lm, tower, config.projector, config.stage, image_token_id)

@@ -183,3 +183,18 @@ def test_a_second_lm_with_other_weights_gives_other_logits(tmp_path, tiny_lm, ti
         ours = build(tiny_lm, tiny_vision).logits(b)
         theirs = build(other, tiny_vision).logits(b)
     assert not torch.allclose(ours, theirs)
+
+
+@pytest.mark.parametrize("stage", [0, 1])
+def test_activation_checkpointing_gives_the_same_loss_and_gradients(tiny_lm, tiny_vision, stage):
+    b = batch([[DOC_A, DOC_B]])
+    grads = []
+    for checkpointing in (False, True):
+        model = build(tiny_lm, tiny_vision, stage=stage, activation_checkpointing=checkpointing)
+        assert model.lm.is_activation_checkpointing == checkpointing
+        model.train()
+        loss = model(b)
+        loss.backward()
+        grads.append((loss.detach(), model.projector.weight.grad.clone()))
+    torch.testing.assert_close(grads[0][0], grads[1][0])
+    torch.testing.assert_close(grads[0][1], grads[1][1])
