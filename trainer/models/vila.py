@@ -239,5 +239,9 @@ def build_vila(config: VilaConfig, image_token_id: int | None = None) -> Vila:
     tower = VisionTower(load_vision(config.vision, config.vision_pretrained), name)
     if config.activation_checkpointing:
         # non-reentrant: works with frozen layers (stage 0) and with FSDP2
-        lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        kwargs = {"use_reentrant": False}
+        if hasattr(lm, "activation_checkpointing_enable"):  # transformers 5's name
+            lm.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     return Vila(lm, tower, config.projector, config.stage, image_token_id)
