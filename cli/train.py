@@ -216,7 +216,12 @@ def _run(model_config, make_config, flags: dict) -> None:
         run(model_config(), config, data_loaders(data))
     except click.ClickException:
         raise
-    except (ConfigError, ValueError, OSError) as exc:  # bad settings, blends, paths: one line
+    except (
+        ConfigError,
+        ValueError,
+        OSError,
+        ImportError,
+    ) as exc:  # bad settings, blends, paths: one line
         message = str(exc).strip().splitlines()
         raise _failure(message[0] if message else type(exc).__name__) from None
     except KeyboardInterrupt:

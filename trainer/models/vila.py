@@ -43,8 +43,13 @@ def _one_line(exc: BaseException) -> str:
 def load_lm(path: str, attn_implementation: str = "sdpa") -> nn.Module:
     """A causal LM from a local model directory (its weights), or random weights from a
     ``config.json`` or a directory that holds only one."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
+    try:
+        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
+    except ImportError as exc:  # named here, not as a traceback from inside a run
+        raise ImportError(
+            f"VILA needs transformers: pip install 'corpora[train]' ({exc})"
+        ) from None
 
     hf_logging.disable_progress_bar()  # the run prints its own lines
     if not os.path.exists(path):
@@ -69,7 +74,10 @@ def load_vision(vision: str, pretrained: str | None) -> nn.Module:
     """The visual half of an open_clip model: ``vision`` is an architecture name or the path
     of a model config (its file stem names the architecture); ``pretrained`` a local
     checkpoint file or an open_clip tag (which downloads)."""
-    import open_clip
+    try:
+        import open_clip
+    except ImportError as exc:
+        raise ImportError(f"VILA needs open_clip: pip install 'corpora[train]' ({exc})") from None
 
     name = vision
     if vision.endswith(".json") or os.path.isfile(vision):
