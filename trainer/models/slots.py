@@ -37,8 +37,14 @@ def image_features(
     if static_shapes:
         return encode(images.flatten(0, 1)).unflatten(0, (batch, slots))
     flat_mask = image_mask.flatten()
-    real = encode(images.flatten(0, 1)[flat_mask])
     where = flat_mask.nonzero().squeeze(1)
+    if where.numel() == 0:
+        # No image in the batch. Encoders break on an empty batch (open_clip's ViT reshapes by
+        # it), and DDP wants every trainable weight in the graph: encode one empty slot, keep
+        # none of it.
+        unused = encode(images.flatten(0, 1)[:1])
+        return unused.new_zeros(batch, slots, tokens_per_image, width) + 0.0 * unused.sum()
+    real = encode(images.flatten(0, 1)[where])
     placed = real.new_zeros(batch * slots, tokens_per_image, width).index_put((where,), real)
     return placed.unflatten(0, (batch, slots))
 

@@ -39,3 +39,20 @@ def test_the_first_batch_check_names_a_row_whose_slots_do_not_fit_its_images():
     )
     batch["image_mask"] = torch.tensor([[False, True], [False, False]])
     assert "empty slot before a real image" in check_slots(batch, 99, 4, "input_ids")
+
+
+def test_a_batch_without_images_still_puts_the_encoder_in_the_graph():
+    """DDP expects a gradient for every trainable weight, and encoders fail on no images."""
+    encoder = torch.nn.Linear(3, 3)
+    seen = []
+
+    def encode(images):
+        seen.append(images.shape[0])
+        return encoder(images.mean(dim=(2, 3)))[:, None, :].expand(-1, 2, -1)
+
+    images = torch.randn(2, 2, 3, 4, 4)
+    mask = torch.zeros(2, 2, dtype=torch.bool)
+    features = image_features(encode, images, mask, 2, 3, static_shapes=False)
+    assert seen == [1] and torch.equal(features, torch.zeros(2, 2, 2, 3))
+    features.sum().backward()
+    assert torch.equal(encoder.weight.grad, torch.zeros(3, 3))

@@ -198,3 +198,16 @@ def test_activation_checkpointing_gives_the_same_loss_and_gradients(tiny_lm, tin
         grads.append((loss.detach(), model.projector.weight.grad.clone()))
     torch.testing.assert_close(grads[0][0], grads[1][0])
     torch.testing.assert_close(grads[0][1], grads[1][1])
+
+
+def test_a_batch_of_text_only_documents_trains_the_projector_with_zero_gradient(
+    tiny_lm, tiny_vision
+):
+    model = build(tiny_lm, tiny_vision).train()
+    b = batch([[DOC_B, [30, 31, 32]]])  # two image slots, both empty
+    assert b["images"].shape[1] == 2 and not b["image_mask"].any()
+    loss = model(b)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.equal(
+        model.projector.weight.grad, torch.zeros_like(model.projector.weight)
+    )
