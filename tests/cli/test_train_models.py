@@ -2,6 +2,7 @@
 `corpora build`, as a user runs them."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -12,6 +13,7 @@ from tests.helpers import REPO, run_cli
 from tests.trainer.tiny import sample_build, tiny_lm, tiny_vision  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytest.importorskip("trainer.loader")  # the data side (trainer-data): the commands read through it
 
 
 def test_prefixlm_smoke_trains_prints_and_checkpoints(sample_build, tmp_path):  # noqa: F811
@@ -81,23 +83,42 @@ def test_vila_stage_0_then_stage_1_from_its_projector(
     assert not any(name.startswith("vision.") for name in trained)
 
 
-def test_resume_continues_and_an_output_with_checkpoints_needs_it(
+def _losses(stdout: str) -> dict[str, str]:
+    return {
+        line.split()[1]: line.split()[3] for line in stdout.splitlines() if line.startswith("step ")
+    }
+
+
+def test_resume_continues_step_for_step_and_an_output_with_checkpoints_needs_it(
     sample_build,  # noqa: F811
     tmp_path,
 ):
-    output = str(tmp_path / "run")
+    whole = str(tmp_path / "whole")
     flags = ["train", "prefixlm", "--data", sample_build, "--size", "tiny", "--batch-size", "2"]
-    first = run_cli(*flags, "--steps", "4", "--checkpoint-every", "2", "--output", output)
+    flags += ["--steps", "6", "--log-every", "1", "--checkpoint-every", "2", "--workers", "1"]
+    first = run_cli(*flags, "--keep-checkpoints", "5", "--output", whole)
     assert first.returncode == 0, first.stderr
-    again = run_cli(*flags, "--steps", "6", "--output", output)
+    again = run_cli(*flags, "--output", whole)
     assert again.returncode == 2
     assert "already holds checkpoints" in again.stderr and "pass --resume" in again.stderr
-    resumed = run_cli(*flags, "--steps", "6", "--output", output, "--resume")
+    # what a run killed after its step-4 checkpoint leaves behind
+    stopped = str(tmp_path / "stopped")
+    shutil.copytree(whole, stopped)
+    shutil.rmtree(os.path.join(stopped, "checkpoints", "step-00000006"))
+    with open(os.path.join(stopped, "checkpoints", "latest"), "w") as handle:
+        handle.write("step-00000004")
+    resumed = run_cli(*flags, "--output", stopped, "--resume")
     assert resumed.returncode == 0, resumed.stderr
-    assert "resumed from" in resumed.stdout and "step-00000004 at step 4" in resumed.stdout
-    assert [
-        line.split()[1] for line in resumed.stdout.splitlines() if line.startswith("step ")
-    ] == ["6/6"]
+    assert "step-00000004 at step 4" in resumed.stdout
+    assert _losses(resumed.stdout) == {
+        step: loss for step, loss in _losses(first.stdout).items() if step in ("5/6", "6/6")
+    }
+    ours, theirs = (
+        torch.load(os.path.join(run, "checkpoints", "step-00000006", "model.pt"))
+        for run in (stopped, whole)
+    )
+    for name, value in theirs.items():
+        assert torch.equal(ours[name], value), name
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """Document masks built on the device, and attention rows that have no key."""
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -63,3 +64,17 @@ def test_a_row_without_keys_gives_zeros_and_no_nan():
     torch.testing.assert_close(out[0, :, 0], v[0, :, 0])  # one key: all its weight
     weights = torch.softmax(q[0, :, 2:3] @ k[0, :, :2].transpose(1, 2) / 2.0, dim=-1)
     torch.testing.assert_close(out[0, :, 2], (weights @ v[0, :, :2])[:, 0])
+
+
+@settings(max_examples=50, deadline=None)
+@given(segments, segments)
+def test_the_device_masks_are_the_data_sides_masks(q_segment_ids, k_segment_ids):
+    features = pytest.importorskip("trainer.features")  # the data side (trainer-data)
+    assert torch.equal(
+        document_causal_mask(q_segment_ids),
+        torch.from_numpy(features.document_causal_mask(q_segment_ids.numpy())),
+    )
+    assert torch.equal(
+        document_mask(q_segment_ids, k_segment_ids),
+        torch.from_numpy(features.document_mask(q_segment_ids.numpy(), k_segment_ids.numpy())),
+    )
