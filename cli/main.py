@@ -48,7 +48,7 @@ def _check_tokenizer(path: str) -> None:
 
 
 def _check_failures_file(path: str) -> str:
-    from corpora.accounting import read_failure_urls
+    from pipelines.storage import read_failure_urls
 
     if "://" not in path:
         path = os.path.abspath(path)

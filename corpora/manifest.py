@@ -6,8 +6,8 @@ import datetime
 from typing import Any, Iterable
 
 from corpora import FORMAT, __version__
-from corpora.accounting import image_summary
 from corpora.catalog import get as get_corpus
+from corpora.fetch.accounting import image_summary
 from corpora.funnel import make_funnel
 from corpora.settings import BuildSettings
 from corpora.shards import shard_pattern

@@ -18,7 +18,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from corpora import catalog
-from corpora.accounting import FAILURES, failure_schema, first_failure
+from corpora.fetch.accounting import FAILURES, failure_schema, first_failure
 from corpora.manifest import MANIFEST, build_manifest
 from corpora.settings import BuildSettings
 from corpora.tokenize import Tokenizer

@@ -8,10 +8,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Iterable
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+
+from corpora.fetch.accounting import failure_urls
 
 FSSPEC_SCHEMES = ("hf",)
 
@@ -92,6 +94,13 @@ def write_atomically(path: str, data: bytes) -> None:
 
 def write_json(path: str, value: Any) -> None:
     write_atomically(path, json.dumps(value, indent=2, sort_keys=True).encode("utf-8") + b"\n")
+
+
+def read_failure_urls(path: str, reasons: Iterable[str] = ()) -> frozenset[str]:
+    """The URLs of the ``failures.parquet`` at ``path`` (local or any Beam
+    filesystem), optionally only those that failed for one of ``reasons``."""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+        return failure_urls(stream, reasons)
 
 
 def delete_matching(pattern: str) -> int:

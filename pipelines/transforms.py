@@ -17,13 +17,13 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from corpora import fetch, pack, shards, stats
-from corpora.accounting import read_failure_urls
 from corpora.catalog import CorpusSpec
-from corpora.progress import Progress
+from corpora.fetch.progress import FetchProgress
 from corpora.record import Document, Drop, stable_hash
 from corpora.settings import BuildSettings
 from corpora.tokenize import TokenizedDocument, Tokenizer, tokenize_document
 from pipelines import resume
+from pipelines.storage import read_failure_urls
 
 DROPPED = "dropped"
 INPUT = "input"
@@ -77,12 +77,12 @@ class FetchImages(beam.DoFn):
         self._settings = settings
         self._fetcher: fetch.Fetcher | None = None
         self._retry: frozenset[str] | None = None
-        self._progress: Progress | None = None
+        self._progress: FetchProgress | None = None
         self._reported = 0
 
     def setup(self) -> None:
         self._fetcher = fetch.Fetcher(self._settings)
-        self._progress = Progress(self._settings.progress_interval)
+        self._progress = FetchProgress(self._settings.progress_interval)
         if self._settings.retry_failures:
             self._retry = read_failure_urls(
                 self._settings.retry_failures, self._settings.retry_reasons

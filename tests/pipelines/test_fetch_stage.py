@@ -182,7 +182,7 @@ def test_cli_bad_fetch_flags_are_one_line_usage_errors(tokenizer_path, tmp_path)
 
 
 def test_every_fault_in_a_beam_build_balances(server, tokenizer_path, tmp_path):
-    from tests.corpora.test_fetch import FAULTS
+    from tests.corpora.fetch.test_scheduler import FAULTS
 
     with ImageServer("127.0.0.2") as other:
         urls = [server.url(path) for path in FAULTS] + [

@@ -1,7 +1,8 @@
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from corpora.accounting import failure_schema, first_failure, image_summary, read_failure_urls
+from corpora.fetch.accounting import failure_schema, failure_urls, first_failure, image_summary
+from pipelines.storage import read_failure_urls
 
 
 def test_image_summary_balances_and_drops_zero_counts():
@@ -36,11 +37,13 @@ def test_read_failure_urls_filters_by_reason(tmp_path):
     )
     assert read_failure_urls(path) == {"a", "b"}
     assert read_failure_urls(path, ["timeout"]) == {"a"}
+    with open(path, "rb") as stream:
+        assert failure_urls(stream, ["http_404", "too_large"]) == {"b"}
 
 
 def test_docstring_examples():
     import doctest
 
-    from corpora import accounting
+    from corpora.fetch import accounting
 
     assert doctest.testmod(accounting).failed == 0

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from corpora.politeness import HostPolicy
+from corpora.fetch.politeness import HostPolicy
 
 
 def test_concurrency_cap_per_host_and_independent_hosts():
@@ -41,7 +41,7 @@ def test_rejects_nonsense_limits():
 def test_docstring_examples():
     import doctest
 
-    from corpora import politeness
+    from corpora.fetch import politeness
 
     assert doctest.testmod(politeness).failed == 0
 

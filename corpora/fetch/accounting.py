@@ -9,7 +9,7 @@ out/failures.parquet``).
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import BinaryIO, Iterable, Mapping
 
 FAILURES = "failures.parquet"
 FAILURE_COLUMNS = ("url", "reason", "status", "attempts")
@@ -32,7 +32,9 @@ def image_summary(counts: Mapping[str, int]) -> dict:
     """The manifest's ``images`` entry from counts by outcome (``ok`` or a reason).
 
     >>> image_summary({"ok": 7, "http_404": 2, "timeout": 1, "opted_out": 0})
-    {'input': 10, 'ok': 7, 'failed': {'http_404': 2, 'timeout': 1}, 'failures_file': 'failures.parquet'}
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {'input': 10, 'ok': 7, 'failed': {'http_404': 2, 'timeout': 1},
+     'failures_file': 'failures.parquet'}
     """
     ok = int(counts.get("ok", 0))
     failed = {reason: int(n) for reason, n in sorted(counts.items()) if reason != "ok" and n}
@@ -49,15 +51,13 @@ def first_failure(rows: Iterable[dict]) -> dict:
     return min(rows, key=lambda r: (r["reason"], r["status"] or 0, r["attempts"]))
 
 
-def read_failure_urls(path: str, reasons: Iterable[str] = ()) -> frozenset[str]:
-    """The URLs of a ``failures.parquet`` (local or any Beam filesystem),
-    optionally only those that failed for one of ``reasons``."""
+def failure_urls(stream: BinaryIO, reasons: Iterable[str] = ()) -> frozenset[str]:
+    """The URLs of a ``failures.parquet`` read from ``stream``, optionally only
+    those that failed for one of ``reasons`` (the engine opens the file:
+    :func:`pipelines.storage.read_failure_urls`)."""
     import pyarrow.parquet as pq
-    from apache_beam.io.filesystem import CompressionTypes
-    from apache_beam.io.filesystems import FileSystems
 
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
-        table = pq.read_table(stream, columns=["url", "reason"])
+    table = pq.read_table(stream, columns=["url", "reason"])
     urls = table.column("url").to_pylist()
     wanted = set(reasons)
     if wanted:

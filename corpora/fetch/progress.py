@@ -14,7 +14,7 @@ import time
 from typing import Callable, TextIO
 
 
-class Progress:
+class FetchProgress:
     def __init__(
         self,
         interval: float,

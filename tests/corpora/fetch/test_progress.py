@@ -1,12 +1,12 @@
 import io
 
-from corpora.progress import Progress
+from corpora.fetch.progress import FetchProgress
 
 
 def test_progress_prints_done_share_and_rate_every_interval():
     now = [0.0]
     out = io.StringIO()
-    progress = Progress(interval=10, stream=out, clock=lambda: now[0], label="fetch")
+    progress = FetchProgress(interval=10, stream=out, clock=lambda: now[0], label="fetch")
     for i in range(20):
         now[0] = i * 1.0
         progress.update(ok=i % 4 != 0)
@@ -16,7 +16,7 @@ def test_progress_prints_done_share_and_rate_every_interval():
 
 def test_progress_interval_zero_prints_nothing():
     out = io.StringIO()
-    progress = Progress(interval=0, stream=out)
+    progress = FetchProgress(interval=0, stream=out)
     for _ in range(100):
         progress.update(ok=True)
     assert out.getvalue() == "" and progress.done == 100
