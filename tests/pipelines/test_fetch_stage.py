@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from corpora import settings as build_settings
-from corpora.accounting import FAILURES
+from corpora.fetch.accounting import FAILURES
 from pipelines.build import run_build
 from tests.helpers import load_manifest, read_tar, run_cli, write_jsonl
 from tests.servers import ImageServer, image_bytes
