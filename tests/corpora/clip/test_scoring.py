@@ -1,11 +1,8 @@
-"""CLIP scoring core, with a tiny open_clip architecture and random weights made here."""
+"""Scores from a tiny open_clip architecture with random weights made here."""
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from corpora import clip
@@ -22,13 +19,6 @@ from tests.clip_model import (  # noqa: F401  (tiny_clip is a fixture)
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-
-
-@pytest.fixture(scope="module")
-def model(tiny_clip):  # noqa: F811
-    return clip.load_clip(
-        clip.clip_settings(tiny_clip.config_path, tiny_clip.checkpoint, batch_size=3)
-    )
 
 
 def test_pair_scores_equal_open_clip_cosine_similarity(model, tiny_clip):  # noqa: F811
@@ -155,94 +145,6 @@ def test_documents_are_assigned_by_their_matrix_and_images_re_placed(model, tiny
     assert clip.score_documents([no_text], model)[0].reason == "clip_no_text"
 
 
-@pytest.mark.parametrize(
-    "model_arg, pretrained, message",
-    [
-        ("ViT-B-32x", None, "unknown CLIP architecture 'ViT-B-32x' (did you mean ViT-B-32"),
-        (
-            "ViT-B-32",
-            "no-such-tag",
-            "unknown pretrained tag 'no-such-tag' for CLIP architecture ViT-B-32 (known tags:",
-        ),
-    ],
-)
-def test_unknown_architecture_or_tag_is_one_line(model_arg, pretrained, message):
-    with pytest.raises(clip.ClipModelError) as error:
-        clip.load_clip(clip.ClipSettings(model=model_arg, pretrained=pretrained))
-    assert str(error.value).startswith(message) and "\n" not in str(error.value)
-
-
-def test_checkpoint_errors_are_one_line(tiny_clip, tmp_path):  # noqa: F811
-    with pytest.raises(clip.ClipModelError, match="^CLIP checkpoint not found: .*absent.pt$"):
-        clip.clip_settings(tiny_clip.config_path, str(tmp_path / "absent.pt"))
-    garbage = tmp_path / "garbage.pt"
-    garbage.write_bytes(b"this is not a checkpoint")
-    with pytest.raises(clip.ClipModelError) as error:
-        clip.load_clip(clip.clip_settings(tiny_clip.config_path, str(garbage)))
-    assert str(error.value).startswith(
-        f"CLIP checkpoint is not readable: {garbage} (not a PyTorch or safetensors state dict: "
-    )
-    with pytest.raises(clip.ClipModelError) as error:
-        clip.load_clip(clip.clip_settings(tiny_clip.config_path, tiny_clip.mismatched))
-    message = str(error.value)
-    assert message.startswith(
-        f"CLIP checkpoint {tiny_clip.mismatched} does not fit architecture {TINY_NAME}: "
-    )
-    assert "checkpoint [96" in message and "\n" not in message
-
-
-def test_a_config_that_is_not_open_clip_is_refused(tmp_path):
-    path = tmp_path / "odd.json"
-    path.write_text('{"layers": 3}')
-    with pytest.raises(clip.ClipModelError, match="is not an open_clip config"):
-        clip.clip_settings(str(path), None)
-
-
-def test_settings_record_the_checkpoint_and_validate_options(tiny_clip):  # noqa: F811
-    settings = clip.clip_settings(tiny_clip.config_path, tiny_clip.checkpoint, top_fraction=0.3)
-    assert settings.model == TINY_NAME and len(settings.checkpoint_sha256) == 64
-    assert settings.model_id == f"{TINY_NAME}/tiny.pt"
-    assert clip.ClipSettings("ViT-L-14", "openai").model_id == "ViT-L-14/openai"
-    with pytest.raises(clip.ClipModelError, match=r"--clip-top-fraction must be in \(0, 1\]"):
-        clip.clip_settings(tiny_clip.config_path, tiny_clip.checkpoint, top_fraction=1.5)
-    with pytest.raises(clip.ClipModelError, match="--min-clip-sim is a cosine similarity"):
-        clip.clip_settings(tiny_clip.config_path, tiny_clip.checkpoint, min_sim=2.0)
-
-
-def test_openai_weights_get_the_quick_gelu_they_were_trained_with():
-    assert clip.needs_quick_gelu("ViT-L-14", "openai")
-    assert clip.needs_quick_gelu("ViT-B-32", "openai")
-    assert not clip.needs_quick_gelu("ViT-L-14-quickgelu", "openai")  # the config has it already
-    assert not clip.needs_quick_gelu("ViT-L-14", "laion2b_s32b_b82k")
-    assert not clip.needs_quick_gelu("ViT-L-14", None)
-
-
-def test_cpu_is_used_without_a_gpu_and_cuda_is_refused_there():
-    torch = pytest.importorskip("torch")
-    if torch.cuda.is_available():
-        assert clip.resolve_device("auto") == "cuda"
-    else:
-        assert clip.resolve_device("auto") == "cpu"
-        with pytest.raises(clip.ClipModelError, match="torch sees no CUDA GPU"):
-            clip.resolve_device("cuda")
-
-
-def test_embeddings_parquet_round_trip(model):
-    results = clip.score_pairs(sample_pairs()[:5], model)
-    rows = [clip.embedding_row(r) for r in reversed(results)]
-    buffer = io.BytesIO()
-    info = clip.write_embeddings(buffer, rows, "tiny/tiny.pt")
-    assert info == {"rows": 5, "embedding_dim": 32}
-    table = pq.read_table(io.BytesIO(buffer.getvalue()))
-    assert table.column("id").to_pylist() == ["p0", "p1", "p2", "p3", "p4"]
-    assert table.schema.metadata[b"clip_model"] == b"tiny/tiny.pt"
-    images = np.array(table.column("image_embedding").to_pylist(), dtype=np.float32)
-    np.testing.assert_array_equal(images, np.stack([r.image_embedding for r in results]))
-    texts = np.array(table.column("text_embedding").to_pylist(), dtype=np.float32)
-    recomputed = np.einsum("nd,nd->n", images, texts)
-    np.testing.assert_allclose(recomputed, table.column(clip.SCORE).to_numpy(), atol=1e-5)
-
-
 def test_docstring_arrays_for_scores_and_matrix():
     np.testing.assert_allclose(
         clip.pair_scores(np.array([[1.0, 0.0], [0.6, 0.8]]), np.array([[0.6, 0.8], [0.6, 0.8]])),
@@ -254,4 +156,3 @@ def test_docstring_arrays_for_scores_and_matrix():
         ),
         [[0.6, 1.0, 0.0], [0.8, 0.0, 1.0]],
     )
-    assert [clip.embeddings_file_count(n) for n in (0, 100_000, 100_001)] == [1, 1, 2]
