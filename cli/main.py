@@ -557,7 +557,7 @@ def build(
     if settings.corpus_options:
         click.echo("  " + ", ".join(f"{k}={v}" for k, v in settings.corpus_options.items()))
 
-    from corpora.resume import SettingsChanged
+    from corpora.shards.resume import SettingsChanged
     from pipelines.launch import execute
 
     try:
@@ -638,7 +638,7 @@ def _print_summary(manifest: dict) -> None:
 )
 def inspect(path, index):
     """Print one packed sample of a build directory or a shard readably."""
-    from corpora.inspect import describe_sample, find_sample
+    from corpora.describe import describe_sample, find_sample
 
     try:
         sample, manifest = find_sample(path, index)
@@ -746,11 +746,13 @@ def stats(path, as_json):
 
     DIR_OR_MANIFEST is a build directory, its manifest.json, or one shard of it.
     """
-    from corpora.stats import StatsInputError, format_table, stats_from_shards, stats_json
+    from corpora.reader import BuildInputError
+    from corpora.stats import stats_from_shards, stats_json
+    from corpora.stats_table import format_table
 
     try:
         result = stats_from_shards(path, _progress)
-    except StatsInputError as exc:
+    except BuildInputError as exc:
         raise UsageFailure(str(exc)) from None
     click.echo(stats_json(result) if as_json else format_table(result), nl=not as_json)
 
@@ -767,12 +769,12 @@ def stats(path, as_json):
 )
 def report(path, output, samples):
     """Write report.html: a build's statistics, charts and a gallery of packed samples."""
+    from corpora.reader import BuildInputError
     from corpora.report import write_report
-    from corpora.stats import StatsInputError
 
     try:
         written = write_report(path, output, samples, _progress)
-    except StatsInputError as exc:
+    except BuildInputError as exc:
         raise UsageFailure(str(exc)) from None
     except OSError as exc:
         raise UsageFailure(f"cannot write report: {exc}") from None

@@ -19,7 +19,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from corpora import catalog
 from corpora.fetch.accounting import FAILURES, failure_schema, first_failure
-from corpora.manifest import MANIFEST, build_manifest
+from corpora.shards.manifest import MANIFEST, build_manifest
 from corpora.settings import BuildSettings
 from corpora.tokenize import Tokenizer
 from pipelines import storage

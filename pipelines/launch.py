@@ -15,8 +15,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import TestOptions
 
-from corpora import resume as core_resume
-from corpora.manifest import MANIFEST
+from corpora.shards import resume as core_resume
+from corpora.shards.manifest import MANIFEST
 from corpora.settings import BuildSettings
 from corpora.tokenize import Tokenizer
 from pipelines import resume, storage

@@ -1,4 +1,4 @@
-"""The output directory of a resumable build (see ``corpora/resume.py``):
+"""The output directory of a resumable build (see ``corpora/shards/resume.py``):
 its recorded settings, the per-shard markers, and clean-up. Runs through
 Beam's FileSystems, so it works the same on local disk, gs:// and s3://.
 """
@@ -10,8 +10,9 @@ from typing import Any, Iterable
 
 from apache_beam.io.filesystems import FileSystems
 
-from corpora import resume, shards
-from corpora.manifest import MANIFEST
+from corpora import shards
+from corpora.shards import resume
+from corpora.shards.manifest import MANIFEST
 from corpora.pack import PackedSequence
 from corpora.settings import BuildSettings
 from corpora.tokenize import TokenizerInfo
@@ -25,7 +26,7 @@ def prepare_output(
 
     A new output gets the build's fingerprint. An output of the same build is
     resumed: its complete shards stay. An output of another build is refused
-    with :class:`corpora.resume.SettingsChanged`, or, with ``overwrite``,
+    with :class:`corpora.shards.resume.SettingsChanged`, or, with ``overwrite``,
     emptied of that build's files first. Returns what it found.
     """
     output = settings.output

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from corpora import resume as core_resume
+from corpora.shards import resume as core_resume
 from corpora.settings import mmc4_pairs
 from corpora.tokenize import Tokenizer
 from pipelines import resume

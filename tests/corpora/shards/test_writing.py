@@ -8,8 +8,8 @@ import tarfile
 
 import numpy as np
 
-from corpora import pack, shards
-from tests.corpora.test_reader import image_doc
+from corpora import pack, reader, shards
+from tests.corpora.shards.built import image_doc
 
 
 def _write(sequences) -> tuple[bytes, dict]:
@@ -50,7 +50,7 @@ def test_members_have_fixed_metadata_and_order_and_bytes_repeat():
 def test_read_back_round_trips_arrays_images_and_json():
     sequences = list(pack.pack([image_doc("a", 5, 1), image_doc("b", 30, 1)], 32, 0))
     data, _ = _write(sequences)
-    back = list(shards.iter_tar_samples(io.BytesIO(data)))
+    back = list(reader.iter_tar_samples(io.BytesIO(data)))
     assert len(back) == len(sequences) == 2
     for sample, sequence in zip(back, sequences):
         np.testing.assert_array_equal(sample["input_ids"], sequence.input_ids)

@@ -9,73 +9,15 @@ import os
 import numpy as np
 import pytest
 
-from corpora import pack, reader, shards
-from corpora.manifest import MANIFEST, build_manifest
-from corpora.record import ImageChunk
-from corpora.settings import BuildSettings
-from corpora.tokenize import Span, TokenizedDocument, TokenizerInfo
+from corpora import reader
+from corpora.settings import SAMPLE_TOKENIZER
+from tests.corpora.shards.built import IMAGE, PER_IMAGE, SEQ_LEN, write_build
 from tests.helpers import read_tar
-from tests.servers import image_bytes
-
-SEQ_LEN, PER_IMAGE, IMAGE, PAD = 32, 4, 500, 0
-
-
-def image_doc(name: str, text: int, images: int) -> TokenizedDocument:
-    ids, spans, chunks = [1], [Span("bos", 0, 1)], []
-    for i in range(images):
-        spans.append(Span("image", len(ids), len(ids) + PER_IMAGE, i))
-        ids += [IMAGE] * PER_IMAGE
-        chunks.append(
-            ImageChunk(f"http://img/{name}/{i}.jpg", data=image_bytes(16 + i, 12, f"{name}{i}"))
-        )
-    spans.append(Span("text", len(ids), len(ids) + text))
-    ids += [3 + (len(ids) + j) % 200 for j in range(text)]
-    spans.append(Span("eos", len(ids), len(ids) + 1))
-    ids.append(2)
-    provenance = {"id": name, "corpus": "mmc4-pairs", "images": [{"url": c.url} for c in chunks]}
-    return TokenizedDocument(
-        name, "mmc4-pairs", np.array(ids, np.int32), tuple(spans), tuple(chunks), provenance
-    )
 
 
 @pytest.fixture(scope="module")
 def build(tmp_path_factory) -> str:
-    """Two shards written by the core: the first five samples hold one image
-    each (long one-image documents packed first), a later one holds two."""
-    out = str(tmp_path_factory.mktemp("build"))
-    docs = [image_doc(f"long{i}", 24, 1) for i in range(6)] + [
-        image_doc(f"pair{i}", 3, 1) for i in range(2)
-    ]
-    docs.append(image_doc("two", 2, 2))
-    sequences = list(pack.pack(docs, SEQ_LEN, PAD))
-    per_shard = 4
-    infos = []
-    for index in range(0, len(sequences), per_shard):
-        shard = index // per_shard
-        name = shards.shard_name("mmc4-pairs", shard)
-        with open(os.path.join(out, name), "wb") as stream:
-            info = shards.write_shard(
-                stream,
-                [
-                    (shards.sample_key("mmc4-pairs", shard, i), s)
-                    for i, s in enumerate(sequences[index : index + per_shard])
-                ],
-            )
-        infos.append({"index": shard, "path": name, **info})
-    settings = BuildSettings(
-        "mmc4-pairs",
-        ("in.jsonl",),
-        out,
-        seq_len=SEQ_LEN,
-        tokens_per_image=PER_IMAGE,
-        samples_per_shard=per_shard,
-    )
-    tokenizer = TokenizerInfo("t.model", "0" * 64, 500, 1, 2, PAD, IMAGE, PER_IMAGE)
-    kept = len(docs)
-    manifest = build_manifest(settings, tokenizer, infos, kept, kept, {})
-    with open(os.path.join(out, MANIFEST), "w") as handle:
-        json.dump(manifest, handle)
-    return out
+    return write_build(str(tmp_path_factory.mktemp("build")))
 
 
 def test_reader_yields_arrays_decoded_images_and_provenance(build):
@@ -172,3 +114,85 @@ def test_hugging_face_datasets_loads_with_the_manifest_features(build, tmp_path)
         np.testing.assert_array_equal(np.asarray(row["positions.npy"], np.int32), sample.positions)
         assert row["json"]["documents"] == sample.documents
         assert row["img000.jpg"].size == sample.images[0].size
+
+
+def test_locate_names_the_manifest_and_shards_of_a_build(build):
+    manifest = reader.load_manifest(build)
+    shards = [os.path.join(build, s["path"]) for s in manifest["shards"]]
+    for given in (build, os.path.join(build, "manifest.json")):
+        found = reader.locate(given)
+        assert (found.manifest, found.shards, found.whole) == (manifest, shards, True)
+    one = reader.locate(shards[1])
+    assert (one.manifest, one.shards, one.whole) == (manifest, [shards[1]], False)
+
+
+def test_a_shard_without_its_manifest_is_located_only_when_none_is_needed(build, tmp_path):
+    alone = tmp_path / "alone.tar"
+    alone.write_bytes(open(os.path.join(build, "mmc4-pairs-000000.tar"), "rb").read())
+    found = reader.locate(str(alone), need_manifest=False)
+    assert (found.manifest, found.shards) == (None, [str(alone)])
+    with pytest.raises(reader.BuildInputError, match="^no manifest.json in "):
+        reader.locate(str(alone))
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda d: os.path.join(d, "nothing"), "not found"),
+        (lambda d: d, "no manifest.json"),
+        (lambda d: _write(d, "manifest.json", "[1]"), "not a corpora manifest"),
+        (
+            lambda d: _write(
+                d,
+                "manifest.json",
+                json.dumps(
+                    {
+                        "image_token_id": 9,
+                        "bos_id": 1,
+                        "eos_id": 2,
+                        "tokens_per_image": 2,
+                        "shards": [{"path": "x.tar"}],
+                    }
+                ),
+            ),
+            "missing",
+        ),
+    ],
+)
+def test_locate_rejects_what_is_not_a_build(tmp_path, make, message):
+    with pytest.raises(reader.BuildInputError, match=message):
+        reader.locate(make(str(tmp_path)))
+
+
+def _write(directory: str, name: str, text: str) -> str:
+    path = os.path.join(directory, name)
+    with open(path, "w") as handle:
+        handle.write(text)
+    return path
+
+
+def test_text_decoder_uses_the_builds_tokenizer(tmp_path):
+    import sentencepiece as spm
+
+    ids = spm.SentencePieceProcessor(model_file=SAMPLE_TOKENIZER).encode("A cup of coffee.")
+    decode = reader.text_decoder({"tokenizer": {"path": SAMPLE_TOKENIZER}})
+    assert decode(np.array(ids, dtype=np.int32)) == "A cup of coffee."
+    assert reader.text_decoder({"tokenizer": {"path": str(tmp_path / "gone.model")}}) is None
+    assert reader.text_decoder(None) is None
+
+
+def test_segment_parts_is_the_docstring_example():
+    assert reader.segment_parts(
+        [1, 9, 9, 9, 9, 5, 6, 2], image_token=9, tokens_per_image=2, bos=1, eos=2
+    ) == [("bos",), ("image", 2), ("image", 2), ("text", [5, 6]), ("eos",)]
+
+
+def test_segment_parts_of_a_split_piece_and_without_a_manifest():
+    # a later piece of a split document: text, then an image, no BOS
+    assert reader.segment_parts(np.array([7, 8, 9, 9, 2], dtype=np.int32), 9, 2, 1, 2) == [
+        ("text", [7, 8]),
+        ("image", 2),
+        ("eos",),
+    ]
+    # no manifest: nothing is special
+    assert reader.segment_parts([1, 9, 2], None, 3, None, None) == [("text", [1, 9, 2])]

@@ -18,7 +18,7 @@ import hashlib
 import io
 import json
 import tarfile
-from typing import Any, BinaryIO, Iterable, Iterator
+from typing import Any, BinaryIO, Iterable
 
 import numpy as np
 
@@ -96,7 +96,8 @@ def write_shard(stream: BinaryIO, samples: Iterable[tuple[str, PackedSequence]])
                 info.uid = info.gid = 0
                 info.uname = info.gname = ""
                 tar.addfile(info, io.BytesIO(data))
-            tar.members.clear()  # tarfile keeps every member's header otherwise: memory would grow with the shard
+            # tarfile keeps every member's header otherwise: memory would grow with the shard
+            tar.members.clear()
             count += 1
             documents += len(sequence.documents)
             images += len(sequence.images)
@@ -109,28 +110,3 @@ def write_shard(stream: BinaryIO, samples: Iterable[tuple[str, PackedSequence]])
         "bytes": writer.size,
         "sha256": writer.sha256.hexdigest(),
     }
-
-
-def iter_tar_samples(stream: BinaryIO) -> Iterator[dict[str, Any]]:
-    """Read a shard back: one dict per sample with ``__key__``, the arrays,
-    ``images`` (list of JPEG bytes in slot order) and ``json``."""
-    current: dict[str, Any] | None = None
-    with tarfile.open(fileobj=stream, mode="r|") as tar:
-        while (member := tar.next()) is not None:
-            tar.members.clear()  # a stream is read once; keeping headers would grow with the shard
-            if not member.isfile():
-                continue
-            key, _, extension = member.name.rpartition("/")[2].partition(".")
-            data = tar.extractfile(member).read()  # type: ignore[union-attr]
-            if current is None or current["__key__"] != key:
-                if current is not None:
-                    yield current
-                current = {"__key__": key, "images": []}
-            if extension.endswith(".npy"):
-                current[extension[:-4]] = np.load(io.BytesIO(data), allow_pickle=False)
-            elif extension.startswith("img"):
-                current["images"].append(data)
-            elif extension == "json":
-                current["json"] = json.loads(data)
-    if current is not None:
-        yield current

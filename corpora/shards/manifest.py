@@ -10,7 +10,7 @@ from corpora.catalog import get as get_corpus
 from corpora.fetch.accounting import image_summary
 from corpora.funnel import make_funnel
 from corpora.settings import BuildSettings
-from corpora.shards import shard_pattern
+from corpora.shards.writing import shard_pattern
 from corpora.tokenize import TokenizerInfo
 
 MANIFEST = "manifest.json"

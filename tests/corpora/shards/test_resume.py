@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from corpora import resume
 from corpora.settings import mmc4_pairs
+from corpora.shards import resume
 from corpora.tokenize import Tokenizer
 
 
