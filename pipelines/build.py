@@ -18,9 +18,10 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from corpora import catalog
-from corpora.fetch.accounting import FAILURES, failure_schema, first_failure
-from corpora.shards.manifest import MANIFEST, build_manifest
+from corpora.fetch.accounting import FAILURES, first_failure
+from corpora.fetch.accounting import write_failures as write_failures_file
 from corpora.settings import BuildSettings
+from corpora.shards.manifest import MANIFEST, build_manifest
 from corpora.tokenize import Tokenizer
 from pipelines import storage
 from pipelines import transforms as t
@@ -37,19 +38,23 @@ def _drop_counts(drops: beam.PCollection) -> beam.PCollection:
 
 def write_failures(failures: beam.PCollection, settings: BuildSettings) -> beam.PCollection:
     """``failures.parquet`` beside the shards: one row per failed URL (written even when empty)."""
-    return (
+    rows = (
         failures
         | "FailureByUrl" >> beam.Map(lambda row: (row["url"], row))
         | "OneRowPerUrl" >> beam.CombinePerKey(first_failure)
         | "FailureRows" >> beam.Values()
-        | "WriteFailures"
-        >> beam.io.WriteToParquet(
-            FileSystems.join(settings.output, FAILURES),
-            failure_schema(),
-            num_shards=1,
-            shard_name_template="",
-        )
     )
+    return (
+        failures.pipeline
+        | "FailuresFile" >> beam.Create([FileSystems.join(settings.output, FAILURES)])
+        | "WriteFailures" >> beam.Map(_write_failures, rows=beam.pvalue.AsIter(rows))
+    )
+
+
+def _write_failures(path: str, rows) -> str:
+    with storage.create_atomically(path) as stream:
+        write_failures_file(stream, rows)
+    return path
 
 
 def write_manifest(

@@ -25,6 +25,7 @@ from apache_beam.ml.inference.base import ModelHandler, RunInference
 
 from corpora import clip, select
 from corpora.record import Document, Drop, stable_hash
+from pipelines import storage
 from pipelines.select import AtLeast, HistogramFn, TopFraction
 from pipelines.transforms import DROPPED, NAMESPACE, _route
 
@@ -110,11 +111,8 @@ class _WriteEmbeddingFile(beam.DoFn):
     def process(self, element):
         index, rows = element
         name = clip.embeddings_file_name(index)
-        final = FileSystems.join(self._output, name)
-        temporary = f"{final}.tmp"
-        with FileSystems.create(temporary) as stream:
+        with storage.create_atomically(FileSystems.join(self._output, name)) as stream:
             info = clip.write_embeddings(stream, list(rows), self._model_id)
-        FileSystems.rename([temporary], [final])
         yield {"path": name, **info}
 
 

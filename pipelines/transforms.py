@@ -9,7 +9,6 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
-import uuid
 from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
@@ -22,7 +21,7 @@ from corpora.fetch.progress import FetchProgress
 from corpora.record import Document, Drop, stable_hash
 from corpora.settings import BuildSettings
 from corpora.tokenize import TokenizedDocument, Tokenizer, tokenize_document
-from pipelines import resume
+from pipelines import resume, storage
 from pipelines.storage import read_failure_urls
 
 DROPPED = "dropped"
@@ -217,8 +216,8 @@ class CutPieces(beam.DoFn):
 
 
 class WriteShard(beam.DoFn):
-    """Assemble one shard's sequences from their pieces and write it under a
-    temporary name, then rename it into place and mark it complete; a shard
+    """Assemble one shard's sequences from their pieces, write it whole
+    (:func:`pipelines.storage.create_atomically`) and mark it complete; a shard
     that a previous attempt completed with exactly these bytes is left as it is.
 
     With ``stat_ids``, each sequence's statistics values
@@ -250,11 +249,8 @@ class WriteShard(beam.DoFn):
         if info is not None:  # a previous attempt wrote exactly this shard: leave it
             Metrics.counter(NAMESPACE, "shards.resumed").inc()
         else:
-            final = FileSystems.join(settings.output, name)
-            temporary = f"{final}.tmp-{uuid.uuid4().hex}"
-            with FileSystems.create(temporary) as stream:
+            with storage.create_atomically(FileSystems.join(settings.output, name)) as stream:
                 info = shards.write_shard(stream, samples)
-            FileSystems.rename([temporary], [final])
             resume.write_marker(settings.output, name, info)
             Metrics.counter(NAMESPACE, "shards").inc()
             Metrics.counter(NAMESPACE, "bytes").inc(info["bytes"])

@@ -9,6 +9,7 @@ out/failures.parquet``).
 
 from __future__ import annotations
 
+import itertools
 from typing import BinaryIO, Iterable, Mapping
 
 FAILURES = "failures.parquet"
@@ -26,6 +27,30 @@ def failure_schema():
             ("attempts", pa.int32()),
         ]
     )
+
+
+def write_failures(stream: BinaryIO, rows: Iterable[Mapping], rows_per_group: int = 65_536) -> int:
+    """Write ``failures.parquet`` to ``stream``: one row per failed URL, in row
+    groups of ``rows_per_group`` (memory stays flat however many fail; a file
+    without rows still has the columns). Returns the number of rows.
+
+    >>> import io
+    >>> buffer = io.BytesIO()
+    >>> write_failures(buffer, [{"url": "u", "reason": "http_404", "status": 404, "attempts": 1}])
+    1
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = failure_schema()
+    count = 0
+    rows = iter(rows)
+    with pq.ParquetWriter(stream, schema) as writer:
+        while group := list(itertools.islice(rows, rows_per_group)):
+            columns = {name: [row[name] for row in group] for name in FAILURE_COLUMNS}
+            writer.write_table(pa.Table.from_pydict(columns, schema=schema))
+            count += len(group)
+    return count
 
 
 def image_summary(counts: Mapping[str, int]) -> dict:
