@@ -27,7 +27,7 @@ import numpy as np
 
 from corpora import pack, reader, shards, stats
 from corpora.record import ImageChunk
-from corpora.tokenize import Span, TokenizedDocument
+from corpora.tokenizer import Span, TokenizedDocument
 
 IMAGE_TOKEN, TOKENS_PER_IMAGE = 32000, 576
 

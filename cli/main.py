@@ -136,7 +136,7 @@ def check_inputs(settings, spec: catalog.CorpusSpec) -> None:
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
 
-    from corpora.io import InputError
+    from corpora.inputs import InputError
 
     for pattern in settings.inputs:
         for match in FileSystems.match([pattern])[0].metadata_list:
@@ -475,7 +475,7 @@ def build(
     if not inputs:
         if not corpus.startswith("mmc4"):
             raise UsageFailure(f"--input is required for {corpus} (the bundled sample is MMC4)")
-        from corpora.sample import materialize_sample
+        from corpora.bundled_sample import materialize_sample
 
         # A fixed place, so that re-running the command resumes the same build.
         inputs = (materialize_sample(os.path.join(tempfile.gettempdir(), "corpora-sample")),)
@@ -677,8 +677,8 @@ def tokenizer_train(inputs, vocab_size, output, model_type, max_sentences):
     """Train a SentencePiece model on a corpus's text."""
     import fsspec
 
-    from corpora.io import InputError
-    from corpora.tokenize import file_sha256
+    from corpora.inputs import InputError
+    from corpora.tokenizer import file_sha256
     from corpora.tokenizer_train import iter_corpus_text, train_sentencepiece
 
     files = []

@@ -92,7 +92,7 @@ class TokenIds:
 
 
 @dataclasses.dataclass(frozen=True)
-class Piece:
+class SegmentValues:
     """One segment of a sequence: a document, or one piece of a split one."""
 
     id: str
@@ -112,7 +112,7 @@ class SequenceValues:
 
     tokens: int
     padding_tokens: int
-    pieces: tuple[Piece, ...]
+    pieces: tuple[SegmentValues, ...]
 
 
 def quantise(score: float) -> int:
@@ -162,7 +162,7 @@ def sequence_values(
                 for f in (entry.get("meta") or {}).get("image_failures", [])
             )
         pieces.append(
-            Piece(
+            SegmentValues(
                 id=str(entry["id"]),
                 piece=piece,
                 pieces=int(entry.get("pieces", 1)),

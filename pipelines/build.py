@@ -22,7 +22,7 @@ from corpora.fetch.accounting import FAILURES, first_failure
 from corpora.fetch.accounting import write_failures as write_failures_file
 from corpora.settings import BuildSettings
 from corpora.shards.manifest import MANIFEST, build_manifest
-from corpora.tokenize import Tokenizer
+from corpora.tokenizer import Tokenizer
 from pipelines import storage
 from pipelines import transforms as t
 from pipelines.stats import WriteStats, token_ids
@@ -131,7 +131,7 @@ def build_pipeline(
         settings.corpus_options.get("top_fraction") is not None
     ):  # coyo: global, by the precomputed CLIP sum
         from corpora.filters import coyo_clip_sum
-        from pipelines.select import TopFraction
+        from pipelines.selection import TopFraction
 
         selected = docs | "TopFraction" >> TopFraction(
             coyo_clip_sum, settings.corpus_options["top_fraction"]

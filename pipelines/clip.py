@@ -23,10 +23,10 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import ModelHandler, RunInference
 
-from corpora import clip, select
+from corpora import clip, selection
 from corpora.record import Document, Drop, stable_hash
 from pipelines import storage
-from pipelines.select import AtLeast, HistogramFn, TopFraction
+from pipelines.selection import AtLeast, HistogramFn, TopFraction
 from pipelines.transforms import DROPPED, NAMESPACE, _route
 
 EMBEDDINGS = "embeddings"
@@ -161,7 +161,7 @@ class ClipStage(beam.PTransform):
         self,
         settings: clip.ClipSettings,
         output: str,
-        resolution: float = select.RESOLUTION,
+        resolution: float = selection.RESOLUTION,
         rows_per_file: int = clip.EMBEDDINGS_ROWS_PER_FILE,
     ):
         super().__init__()
@@ -182,7 +182,7 @@ class ClipStage(beam.PTransform):
         )
         counts = (
             scored.docs
-            | "ScoreBucket" >> beam.Map(lambda doc: select.bucket(clip_score(doc), resolution))
+            | "ScoreBucket" >> beam.Map(lambda doc: selection.bucket(clip_score(doc), resolution))
             | "ScoreHistogram" >> beam.CombineGlobally(HistogramFn())
         )
         kept, drops = scored.docs, [scored[DROPPED]]
@@ -228,7 +228,7 @@ class DocumentClipStage(beam.PTransform):
     without images. The manifest's ``clip`` entry counts images.
     """
 
-    def __init__(self, settings: clip.ClipSettings, resolution: float = select.RESOLUTION):
+    def __init__(self, settings: clip.ClipSettings, resolution: float = selection.RESOLUTION):
         super().__init__()
         if settings.top_fraction is not None or settings.save_embeddings:
             raise ValueError("documents take neither a CLIP top fraction nor saved embeddings")
@@ -245,7 +245,9 @@ class DocumentClipStage(beam.PTransform):
         counts = (
             scored.docs
             | "ScoreBuckets"
-            >> beam.FlatMap(lambda doc: [select.bucket(s, resolution) for s in image_scores(doc)])
+            >> beam.FlatMap(
+                lambda doc: [selection.bucket(s, resolution) for s in image_scores(doc)]
+            )
             | "ScoreHistogram" >> beam.CombineGlobally(HistogramFn())
         )
         kept = scored.docs

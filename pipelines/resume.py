@@ -15,7 +15,7 @@ from corpora.pack import PackedSequence
 from corpora.settings import BuildSettings
 from corpora.shards import resume
 from corpora.shards.manifest import MANIFEST
-from corpora.tokenize import TokenizerInfo
+from corpora.tokenizer import TokenizerInfo
 from pipelines import storage
 
 

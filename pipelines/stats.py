@@ -16,7 +16,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from corpora import stats
-from corpora.tokenize import TokenizerInfo
+from corpora.tokenizer import TokenizerInfo
 from pipelines import storage
 from pipelines.transforms import NAMESPACE
 

@@ -20,7 +20,7 @@ from corpora.catalog import CorpusSpec
 from corpora.fetch.progress import FetchProgress
 from corpora.record import Document, Drop, stable_hash
 from corpora.settings import BuildSettings
-from corpora.tokenize import TokenizedDocument, Tokenizer, tokenize_document
+from corpora.tokenizer import TokenizedDocument, Tokenizer, tokenize_document
 from pipelines import resume, storage
 from pipelines.storage import read_failure_urls
 

@@ -11,7 +11,7 @@ from corpora.fetch.accounting import image_summary
 from corpora.funnel import make_funnel
 from corpora.settings import BuildSettings
 from corpora.shards.writing import shard_pattern
-from corpora.tokenize import TokenizerInfo
+from corpora.tokenizer import TokenizerInfo
 
 MANIFEST = "manifest.json"
 

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from corpora import FORMAT
 from corpora.settings import BuildSettings
-from corpora.tokenize import TokenizerInfo
+from corpora.tokenizer import TokenizerInfo
 
 STATE_DIR = ".corpora"
 BUILD_STATE = f"{STATE_DIR}/build.json"

@@ -11,7 +11,7 @@ import pytest
 
 from corpora import catalog, fetch
 from corpora import settings as build_settings
-from corpora.sample import materialize_sample
+from corpora.bundled_sample import materialize_sample
 from tests.clip_model import TINY_NAME, direct_scores, tiny_clip  # noqa: F401
 from tests.helpers import load_manifest, read_tar, run_cli
 

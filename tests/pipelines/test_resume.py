@@ -16,7 +16,7 @@ import pytest
 
 from corpora.settings import mmc4_pairs
 from corpora.shards import resume as core_resume
-from corpora.tokenize import Tokenizer
+from corpora.tokenizer import Tokenizer
 from pipelines import resume
 from tests.beam_services import python_env
 from tests.generated import mmc4_documents, write_mmc4

@@ -7,7 +7,7 @@ import pytest
 from corpora import pack, stats
 from corpora.record import ImageChunk
 from corpora.stats import STATS
-from corpora.tokenize import Span, TokenizedDocument, TokenizerInfo
+from corpora.tokenizer import Span, TokenizedDocument, TokenizerInfo
 from pipelines.runners import make_runner, pipeline_options
 from pipelines.stats import WriteStats, token_ids
 

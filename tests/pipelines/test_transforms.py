@@ -10,7 +10,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from corpora import catalog
 from corpora.settings import mmc4_pairs, smoke
-from corpora.tokenize import Tokenizer
+from corpora.tokenizer import Tokenizer
 from pipelines import transforms as t
 from pipelines.runners import make_runner, pipeline_options
 from tests.helpers import write_jsonl

@@ -9,7 +9,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from corpora import pack, reader
 from corpora.settings import BuildSettings
-from corpora.tokenize import TokenizedDocument
+from corpora.tokenizer import TokenizedDocument
 from pipelines import transforms as t
 from pipelines.runners import make_runner, pipeline_options
 from tests.corpora.test_pack import make_doc

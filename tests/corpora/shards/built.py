@@ -11,7 +11,7 @@ from corpora import pack, shards
 from corpora.record import ImageChunk
 from corpora.settings import BuildSettings
 from corpora.shards.manifest import MANIFEST, build_manifest
-from corpora.tokenize import Span, TokenizedDocument, TokenizerInfo
+from corpora.tokenizer import Span, TokenizedDocument, TokenizerInfo
 from tests.servers import image_bytes
 
 SEQ_LEN, PER_IMAGE, IMAGE, PAD = 32, 4, 500, 0

@@ -4,7 +4,7 @@ import pytest
 
 from corpora.settings import mmc4_pairs
 from corpora.shards import resume
-from corpora.tokenize import Tokenizer
+from corpora.tokenizer import Tokenizer
 
 
 def test_fingerprint_holds_what_shapes_the_bytes_but_not_where_they_go(tokenizer_path):

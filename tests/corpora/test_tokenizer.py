@@ -3,7 +3,7 @@ import pickle
 import numpy as np
 
 from corpora.record import Document, ImageChunk, TextChunk
-from corpora.tokenize import Span, Tokenizer, tokenize_document
+from corpora.tokenizer import Span, Tokenizer, tokenize_document
 
 
 def test_document_becomes_bos_image_slots_text_eos(tokenizer_path):

@@ -4,7 +4,7 @@ import zipfile
 
 import pytest
 
-from corpora.io import InputError, iter_lines
+from corpora.inputs import InputError, iter_lines
 
 
 def _lines(data: bytes, name: str):

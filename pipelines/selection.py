@@ -1,6 +1,6 @@
 """Beam wrappers for score selection: a global top fraction and a minimum.
 
-The rule lives in :mod:`corpora.select`; here the two passes become a
+The rule lives in :mod:`corpora.selection`; here the two passes become a
 histogram combined over all workers, the boundary bucket gathered in one
 place, and a routing ParDo with the cut as a side input.
 """
@@ -12,7 +12,7 @@ from typing import Callable, NamedTuple
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from corpora import select
+from corpora import selection
 from corpora.record import Document, Drop
 from pipelines.transforms import DROPPED, NAMESPACE, _route
 
@@ -22,17 +22,17 @@ ScoreFn = Callable[[Document], "float | None"]
 class HistogramFn(beam.CombineFn):
     """Bucket counts summed over workers: the same whatever the split."""
 
-    def create_accumulator(self) -> select.Histogram:
+    def create_accumulator(self) -> selection.Histogram:
         return {}
 
-    def add_input(self, counts: select.Histogram, b: int) -> select.Histogram:
+    def add_input(self, counts: selection.Histogram, b: int) -> selection.Histogram:
         counts[b] = counts.get(b, 0) + 1
         return counts
 
-    def merge_accumulators(self, accumulators) -> select.Histogram:
-        return select.merge_histograms(accumulators)
+    def merge_accumulators(self, accumulators) -> selection.Histogram:
+        return selection.merge_histograms(accumulators)
 
-    def extract_output(self, counts: select.Histogram) -> select.Histogram:
+    def extract_output(self, counts: selection.Histogram) -> selection.Histogram:
         return counts
 
 
@@ -43,7 +43,7 @@ class _Score(beam.DoFn):
 
     def process(self, doc: Document):
         score = self._score(doc)
-        if not select.valid_score(score):
+        if not selection.valid_score(score):
             yield _route(
                 Drop(f"{self._reason}_missing_score", doc.id, url=doc.source_url), "select"
             )
@@ -55,7 +55,7 @@ class _Route(beam.DoFn):
     def __init__(self, reason: str):
         self._reason = reason
 
-    def process(self, scored: tuple[float, Document], cut: select.Cut):
+    def process(self, scored: tuple[float, Document], cut: selection.Cut):
         score, doc = scored
         if cut.keeps(score, doc.id):
             Metrics.counter(NAMESPACE, f"{self._reason}.kept").inc()
@@ -89,7 +89,7 @@ class TopFraction(beam.PTransform):
         score: ScoreFn,
         fraction: float,
         reason: str = "below_top_fraction",
-        resolution: float = select.RESOLUTION,
+        resolution: float = selection.RESOLUTION,
     ):
         super().__init__()
         if not 0.0 < fraction <= 1.0:
@@ -106,29 +106,29 @@ class TopFraction(beam.PTransform):
         )
         counts = (
             scored.scored
-            | "Bucket" >> beam.Map(lambda item: select.bucket(item[0], resolution))
+            | "Bucket" >> beam.Map(lambda item: selection.bucket(item[0], resolution))
             | "Histogram" >> beam.CombineGlobally(HistogramFn())
         )
-        boundary = counts | "Boundary" >> beam.Map(select.locate_boundary, fraction)
+        boundary = counts | "Boundary" >> beam.Map(selection.locate_boundary, fraction)
         keys = (
             scored.scored
             | "InBoundary"
             >> beam.FlatMap(
                 lambda item, b: (
                     [(item[0], item[1].id)]
-                    if select.bucket(item[0], resolution) == b.bucket
+                    if selection.bucket(item[0], resolution) == b.bucket
                     else []
                 ),
                 beam.pvalue.AsSingleton(boundary),
             )
             | "Gather" >> beam.combiners.ToList()
         )
-        cut = boundary | "Cut" >> beam.Map(select.cut_in_boundary, beam.pvalue.AsSingleton(keys))
+        cut = boundary | "Cut" >> beam.Map(selection.cut_in_boundary, beam.pvalue.AsSingleton(keys))
         routed = scored.scored | "Route" >> beam.ParDo(
             _Route(self._reason), beam.pvalue.AsSingleton(cut)
         ).with_outputs(DROPPED, main="kept")
         summary = cut | "Summary" >> beam.Map(
-            lambda c, b: select.summary(b, c, fraction, resolution),
+            lambda c, b: selection.summary(b, c, fraction, resolution),
             beam.pvalue.AsSingleton(boundary),
         )
         dropped = (scored[DROPPED], routed[DROPPED]) | "Dropped" >> beam.Flatten()
@@ -142,7 +142,8 @@ class _AtLeast(beam.DoFn):
         self._reason = reason
 
     def process(self, doc: Document):
-        yield _route(select.threshold(doc, self._score(doc), self._minimum, self._reason), "select")
+        kept = selection.threshold(doc, self._score(doc), self._minimum, self._reason)
+        yield _route(kept, "select")
 
 
 class AtLeast(beam.PTransform):

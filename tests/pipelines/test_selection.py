@@ -10,7 +10,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from corpora.record import Document
 from pipelines.runners import make_runner, pipeline_options
-from pipelines.select import AtLeast, TopFraction
+from pipelines.selection import AtLeast, TopFraction
 
 # 20 records, scores with ties (0.5 five times, 0.3 four times) across buckets.
 SCORES = {
@@ -64,7 +64,8 @@ def run(workers: int, build) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_top_fraction_keeps_exactly_the_top_ids_ties_by_id(workers):
-    # top 0.4 of 20 scored = 8: 0.9 0.8 0.7 0.65 0.6 0.5(r01) 0.5(r02) 0.5(r04); r07, r11 (0.5) are cut by id.
+    # top 0.4 of 20 scored = 8: 0.9 0.8 0.7 0.65 0.6 0.5(r01) 0.5(r02) 0.5(r04);
+    # r07 and r11 (0.5) are cut by id.
     expected = ["r00", "r12", "r06", "r18", "r15", "r01", "r02", "r04"]
 
     def build(records):
