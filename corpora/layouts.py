@@ -212,8 +212,10 @@ def place_images(doc: Document, matched: Sequence[int | None]) -> Document:
 def _require_images(doc: Document, keep_imageless: bool, reason: str) -> Document | Drop:
     if doc.images or keep_imageless:
         return doc
-    if any(name.startswith("clip_") for name in doc.meta.get("images_removed") or {}):
-        reason = "no_images_after_clip"  # the CLIP stage removed the last of them
+    if "clip_model" in doc.meta:
+        # the CLIP stage names its model only on a document that still had images,
+        # so it removed the last of them
+        reason = "no_images_after_clip"
     return Drop(reason, doc.id, url=doc.source_url)
 
 

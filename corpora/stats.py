@@ -29,6 +29,7 @@ import numpy as np
 
 from corpora import reader
 from corpora.distributions import distribution
+from corpora.fetch.settings import is_fetch_reason
 
 STATS = "stats.json"
 STATS_VERSION = 1
@@ -41,35 +42,6 @@ VILA_TABLE2 = {
     "mmc4": {"text_tokens_per_image": 122.5, "images_per_document": 4.0},
 }
 VILA_SOURCE = "VILA (Lin et al., CVPR 2024), Table 2; Llama-2 tokenizer"
-
-# Reasons the image fetch stage gives (corpora.fetch); a drop with one of
-# these reasons is a record that lost its image.
-FETCH_REASONS = frozenset(
-    {
-        "bad_aspect",
-        "bad_redirect",
-        "bad_scheme",
-        "blocked_address",
-        "connection_error",
-        "decode_error",
-        "dns_error",
-        "empty_body",
-        "file_error",
-        "file_not_found",
-        "not_image",
-        "timeout",
-        "tls_error",
-        "too_large",
-        "too_many_pixels",
-        "too_many_redirects",
-        "too_small",
-    }
-)
-_HTTP_REASON = re.compile(r"^http_(\d{3}|\dxx)$")
-
-
-def is_fetch_reason(reason: str) -> bool:
-    return reason in FETCH_REASONS or bool(_HTTP_REASON.match(reason))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -66,6 +66,7 @@ def write_manifest(
     kept: int,
     dropped: list[tuple[str, int]],
     images: list[tuple[str, int]] = (),
+    images_removed: list[tuple[str, int]] = (),
     failure_files: list[str] = (),
     clip: dict[str, Any] | None = None,
     selection: dict[str, Any] | None = None,
@@ -78,6 +79,7 @@ def write_manifest(
         kept,
         dict(dropped),
         images=dict(images),
+        images_removed=dict(images_removed),
         clip=clip,
     )
     if selection is not None:
@@ -167,7 +169,11 @@ def build_pipeline(
         docs, drops = laid_out.docs, drops + [laid_out.dropped]
     image_counts = fetched[t.IMAGES] | "SumImages" >> beam.CombinePerKey(sum)
     failure_files = write_failures(fetched[t.FAILURES], settings)
-    tokenized = docs | "Tokenize" >> beam.ParDo(t.Tokenize(tokenizer))
+    counted = docs | "CountRemovedImages" >> beam.ParDo(t.CountRemovedImages()).with_outputs(
+        t.IMAGES_REMOVED, main="docs"
+    )
+    removed_counts = counted[t.IMAGES_REMOVED] | "SumRemoved" >> beam.CombinePerKey(sum)
+    tokenized = counted.docs | "Tokenize" >> beam.ParDo(t.Tokenize(tokenizer))
     packed = tokenized | "PackSequences" >> t.PackSequences(
         settings, tokenizer.info.pad_id, token_ids(tokenizer.info)
     )
@@ -188,6 +194,7 @@ def build_pipeline(
             kept=beam.pvalue.AsSingleton(packed["kept"] | "SumKept" >> beam.CombineGlobally(sum)),
             dropped=beam.pvalue.AsList(_drop_counts(drops)),
             images=beam.pvalue.AsList(image_counts),
+            images_removed=beam.pvalue.AsList(removed_counts),
             failure_files=beam.pvalue.AsList(failure_files),
             clip=clip_summary,
             selection=selection,

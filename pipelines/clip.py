@@ -188,15 +188,15 @@ class ClipStage(beam.PTransform):
         kept, drops = scored.docs, [scored[DROPPED]]
         if settings.min_sim is not None:
             kept, below = kept | "MinClipSim" >> AtLeast(
-                clip_score, settings.min_sim, "clip_sim_below_min"
+                clip_score, settings.min_sim, "clip_similarity_below_min"
             )
             drops.append(below)
-        selection = docs.pipeline | "NoSelection" >> beam.Create([])
+        top_fraction = docs.pipeline | "NoSelection" >> beam.Create([])
         if settings.top_fraction is not None:
             selected = kept | "ClipTopFraction" >> TopFraction(
                 clip_score, settings.top_fraction, "clip_below_top_fraction", resolution
             )
-            kept, selection = selected.kept, selected.summary
+            kept, top_fraction = selected.kept, selected.summary
             drops.append(selected.dropped)
         files = docs.pipeline | "NoEmbeddings" >> beam.Create([])
         if settings.save_embeddings:
@@ -208,11 +208,11 @@ class ClipStage(beam.PTransform):
             | "ClipSummaryStart" >> beam.Create([None])
             | "ClipSummary"
             >> beam.Map(
-                lambda _, counts, selection, files: clip.clip_summary(
-                    settings, counts, selection[0] if selection else None, files, resolution
+                lambda _, counts, top, files: clip.clip_summary(
+                    settings, counts, top[0] if top else None, files, resolution
                 ),
                 beam.pvalue.AsSingleton(counts),
-                beam.pvalue.AsList(selection),
+                beam.pvalue.AsList(top_fraction),
                 beam.pvalue.AsList(files),
             )
         )

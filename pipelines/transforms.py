@@ -30,6 +30,7 @@ KEPT = "kept"
 COUNTS = "counts"
 SEQUENCE_STATS = "sequence_stats"
 IMAGES = "images"
+IMAGES_REMOVED = "images_removed"
 FAILURES = "failures"
 NAMESPACE = "corpora"
 
@@ -135,6 +136,19 @@ class FetchImages(beam.DoFn):
             yield _route(
                 fetch.attach_images(doc, results, self._spec.drop_on_image_failure), "fetch"
             )
+
+
+class CountRemovedImages(beam.DoFn):
+    """Count, by reason, the images that kept documents lost to a filter
+    (``--min-sim``, ``--max-images``, CLIP): ``images_removed.<reason>``
+    counters, and ``(reason, n)`` on ``images_removed`` for the manifest.
+    Documents pass unchanged."""
+
+    def process(self, doc: Document) -> Iterator:
+        for reason, count in sorted((doc.meta.get("images_removed") or {}).items()):
+            Metrics.counter(NAMESPACE, f"images_removed.{reason}").inc(count)
+            yield beam.pvalue.TaggedOutput(IMAGES_REMOVED, (reason, count))
+        yield doc
 
 
 class Tokenize(beam.DoFn):

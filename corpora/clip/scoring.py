@@ -229,14 +229,14 @@ def score_documents(docs: Sequence[Document], model: ClipModel) -> list[Document
 
 def remove_images_below(doc: Document, min_sim: float) -> Document:
     """``doc`` without the images whose computed score is below ``min_sim``,
-    counted in ``meta["images_removed"]["clip_sim_below_min"]``. The document
+    counted in ``meta["images_removed"]["clip_similarity_below_min"]``. The document
     stays (its layout drops it if no image is left).
 
     >>> doc = Document("d", "mmc4", (ImageChunk("u0", scores={"clip_sim": 0.31}), TextChunk("a."),
     ...     ImageChunk("u1", scores={"clip_sim": 0.12}), TextChunk("b.")))
     >>> kept = remove_images_below(doc, 0.2)
     >>> [c.text if c.kind == "text" else c.url for c in kept.chunks], kept.meta["images_removed"]
-    (['u0', 'a.', 'b.'], {'clip_sim_below_min': 1})
+    (['u0', 'a.', 'b.'], {'clip_similarity_below_min': 1})
     """
     chunks = tuple(
         c
@@ -244,7 +244,7 @@ def remove_images_below(doc: Document, min_sim: float) -> Document:
         if not isinstance(c, ImageChunk) or c.scores.get(SCORE, float("-inf")) >= min_sim
     )
     return _count_removed(
-        doc.replace(chunks=chunks), "clip_sim_below_min", len(doc.chunks) - len(chunks)
+        doc.replace(chunks=chunks), "clip_similarity_below_min", len(doc.chunks) - len(chunks)
     )
 
 

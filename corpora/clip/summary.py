@@ -15,7 +15,7 @@ def clip_summary(
     resolution: float,
 ) -> dict[str, Any]:
     """The manifest's ``clip`` entry: which model scored the build, and how scores fell."""
-    from corpora import selection
+    from corpora.selection import quantiles
 
     return {
         "model": settings.model_id,
@@ -26,9 +26,7 @@ def clip_summary(
         "batch_size": settings.batch_size,
         "device": settings.device,
         "scored": sum(counts.values()),
-        "score_quantiles": selection.quantiles(
-            counts, (0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99), resolution
-        ),
+        "score_quantiles": quantiles(counts, (0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99), resolution),
         "quantile_error": resolution,
         "min_sim": settings.min_sim,
         "top_fraction": selection,

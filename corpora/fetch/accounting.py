@@ -12,6 +12,8 @@ from __future__ import annotations
 import itertools
 from typing import BinaryIO, Iterable, Mapping
 
+from corpora.funnel import current_reason
+
 FAILURES = "failures.parquet"
 FAILURE_COLUMNS = ("url", "reason", "status", "attempts")
 
@@ -79,12 +81,14 @@ def first_failure(rows: Iterable[dict]) -> dict:
 def failure_urls(stream: BinaryIO, reasons: Iterable[str] = ()) -> frozenset[str]:
     """The URLs of a ``failures.parquet`` read from ``stream``, optionally only
     those that failed for one of ``reasons`` (the engine opens the file:
-    :func:`pipelines.storage.read_failure_urls`)."""
+    :func:`pipelines.storage.read_failure_urls`). Reasons renamed since the
+    file was written match under either name."""
     import pyarrow.parquet as pq
 
     table = pq.read_table(stream, columns=["url", "reason"])
     urls = table.column("url").to_pylist()
-    wanted = set(reasons)
+    wanted = {current_reason(reason) for reason in reasons}
     if wanted:
-        return frozenset(u for u, r in zip(urls, table.column("reason").to_pylist()) if r in wanted)
+        found = table.column("reason").to_pylist()
+        return frozenset(u for u, r in zip(urls, found) if current_reason(r) in wanted)
     return frozenset(urls)

@@ -129,9 +129,9 @@ def _process_image(data: bytes, settings: FetchSettings) -> ImageOutcome:
         if width * height > settings.max_pixels:
             return _refused("too_many_pixels", width, height)
         if min(width, height) < settings.min_image_size:
-            return _refused("too_small", width, height)
+            return _refused("image_too_small", width, height)
         if max(width, height) / min(width, height) > settings.max_aspect_ratio:
-            return _refused("bad_aspect", width, height)
+            return _refused("aspect_ratio_above_max", width, height)
         orientation = (
             image.getexif().get(0x0112, 1) if image.format in ("JPEG", "TIFF", "WEBP", "PNG") else 1
         )

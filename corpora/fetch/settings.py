@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 
 USER_AGENT = "corpora/0.1 (+https://github.com/corpora-dev/corpora; multimodal corpus builder)"
 RESIZE_MODES = ("no", "border", "keep_ratio", "keep_ratio_largest", "center_crop")
@@ -30,13 +31,24 @@ REASONS = (
     "not_image",
     "decode_error",
     "too_many_pixels",
-    "too_small",
-    "bad_aspect",
+    "image_too_small",
+    "aspect_ratio_above_max",
     "file_not_found",
     "file_error",
 )
 # Failures worth another attempt after a pause; every other reason is final.
 TRANSIENT = frozenset({"connection_error", "http_5xx", "http_429"})
+_HTTP_STATUS = re.compile(r"^http_(\d{3}|\dxx)$")
+
+
+def is_fetch_reason(reason: str) -> bool:
+    """Is ``reason`` one an image fetch ends in? (the statistics count these
+    as images that failed to fetch).
+
+    >>> [is_fetch_reason(r) for r in ("http_404", "opted_out", "bad_url", "bad_json")]
+    [True, True, True, False]
+    """
+    return reason in REASONS or bool(_HTTP_STATUS.match(reason))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,6 +25,7 @@ def build_manifest(
     dropped: dict[str, int],
     images: dict[str, int] | None = None,
     clip: dict[str, Any] | None = None,
+    images_removed: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """The manifest of a finished build; raises if the funnel does not balance."""
     shard_list = sorted(shard_infos, key=lambda s: s["index"])
@@ -66,6 +67,11 @@ def build_manifest(
     }
     if images is not None:  # every image that reached the fetch stage: ok or one reason
         manifest["images"] = image_summary(images)
+    if images_removed is not None:
+        # images that documents the build kept lost to a filter, by reason
+        manifest["images_removed"] = {
+            reason: int(n) for reason, n in sorted(images_removed.items()) if n
+        }
     if clip is not None:
         manifest["clip"] = clip  # the CLIP model that scored the build, score quantiles, selection
     return manifest

@@ -184,10 +184,11 @@ def test_place_images_moves_each_image_before_its_new_sentence():
 
 
 def test_a_document_left_imageless_by_clip_is_dropped_with_that_reason():
-    doc = Document(
-        "d", "mmc4", (TextChunk("a."),), meta={"images_removed": {"clip_sim_below_min": 2}}
-    )
+    removed = {"images_removed": {"clip_similarity_below_min": 2}}
+    doc = Document("d", "mmc4", (TextChunk("a."),), meta={**removed, "clip_model": "m/w.pt"})
     assert layouts.mmc4_interleaved(doc).reason == "no_images_after_clip"
     assert layouts.mmc4_reordered(doc).reason == "no_images_after_clip"
     assert layouts.mmc4_interleaved(doc, keep_imageless=True) is doc
     assert layouts.mmc4_interleaved(doc.replace(meta={})).reason == "no_images_after_fetch"
+    # the metadata filter's removals (by matched_sim) do not make it CLIP's doing
+    assert layouts.mmc4_interleaved(doc.replace(meta=removed)).reason == "no_images_after_fetch"

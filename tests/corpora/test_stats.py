@@ -160,10 +160,18 @@ def test_vila_reference_only_for_coyo_and_mmc4():
         assert (reference and reference["values"]) == expected
 
 
-def test_fetch_reasons():
-    assert stats.is_fetch_reason("http_404") and stats.is_fetch_reason("http_5xx")
-    assert stats.is_fetch_reason("file_not_found") and stats.is_fetch_reason("too_small")
-    assert not stats.is_fetch_reason("bad_json") and not stats.is_fetch_reason("http_x")
+def test_every_fetch_reason_is_counted_as_a_failed_fetch():
+    from corpora.fetch.settings import REASONS, is_fetch_reason
+
+    reasons = [*REASONS, "http_404", "http_410"]
+    for reason in reasons:
+        manifest = {"funnel": {"unit": "pair", "input": 2, "kept": 1, "dropped": {reason: 1}}}
+        section = stats.finalize(StatsAccumulator(), manifest)["image_fetch"]
+        assert (section["failed"], section["failures"][0]["reason"]) == (1, reason), reason
+    for reason in ("bad_json", "empty_text", "clip_similarity_below_min", "http_x"):
+        assert not is_fetch_reason(reason)
+        manifest = {"funnel": {"unit": "pair", "input": 2, "kept": 1, "dropped": {reason: 1}}}
+        assert stats.finalize(StatsAccumulator(), manifest)["image_fetch"]["failed"] == 0
 
 
 def _write(directory: str, name: str, text: str) -> str:

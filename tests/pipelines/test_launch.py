@@ -7,8 +7,8 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from pipelines.launch import BuildOutcome, BuildProgress, counters_of
-from pipelines.runners import RunnerSettings, make_runner, pipeline_options
 from pipelines.transforms import NAMESPACE
+from tests.pipelines.direct import direct_pipeline
 
 
 def _count(element):
@@ -18,8 +18,7 @@ def _count(element):
 
 
 def test_counters_come_from_beams_metrics_of_a_real_run():
-    options = pipeline_options(RunnerSettings(workers=1))
-    pipeline = beam.Pipeline(runner=make_runner(options), options=options)
+    pipeline = direct_pipeline()
     _ = pipeline | beam.Create([1, 2, 3]) | beam.Map(_count)
     result = pipeline.run()
     result.wait_until_finish()

@@ -9,8 +9,8 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from corpora.record import Document
-from pipelines.runners import make_runner, pipeline_options
 from pipelines.selection import AtLeast, TopFraction
+from tests.pipelines.direct import direct_pipeline
 
 # 20 records, scores with ties (0.5 five times, 0.3 four times) across buckets.
 SCORES = {
@@ -56,8 +56,7 @@ def docs() -> list[Document]:
 
 
 def run(workers: int, build) -> None:
-    options = pipeline_options("DirectRunner", workers)
-    with beam.Pipeline(runner=make_runner(options), options=options) as pipeline:
+    with direct_pipeline(workers) as pipeline:
         build(pipeline | beam.Create(docs()))
 
 

@@ -137,7 +137,10 @@ def test_documents_are_assigned_by_their_matrix_and_images_re_placed(model, tiny
     lowest = min(sims)
     kept = clip.remove_images_below(scored, lowest + 1e-6)
     assert len(kept.images) == 2 and [c.text for c in kept.texts] == sentences
-    assert kept.meta["images_removed"] == {"clip_image_undecodable": 1, "clip_sim_below_min": 1}
+    assert kept.meta["images_removed"] == {
+        "clip_image_undecodable": 1,
+        "clip_similarity_below_min": 1,
+    }
 
     text_only = Document("t", "mmc4", (TextChunk("just words"),))
     assert clip.score_documents([text_only], model) == [text_only]

@@ -41,6 +41,19 @@ def test_read_failure_urls_filters_by_reason(tmp_path):
         assert failure_urls(stream, ["http_404", "too_large"]) == {"b"}
 
 
+def test_a_failures_file_from_before_a_rename_matches_either_name(tmp_path):
+    path = str(tmp_path / "failures.parquet")
+    rows = [
+        {"url": "old", "reason": "too_small", "status": 200, "attempts": 1},
+        {"url": "new", "reason": "image_too_small", "status": 200, "attempts": 1},
+        {"url": "other", "reason": "timeout", "status": None, "attempts": 3},
+    ]
+    pq.write_table(pa.Table.from_pylist(rows, schema=failure_schema()), path)
+    for name in ("too_small", "image_too_small"):
+        with open(path, "rb") as stream:
+            assert failure_urls(stream, [name]) == {"old", "new"}
+
+
 def test_docstring_examples():
     import doctest
 

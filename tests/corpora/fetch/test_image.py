@@ -79,8 +79,12 @@ def test_animated_gif_takes_the_first_frame():
 def test_size_and_aspect_checks():
     settings = dataclasses.replace(FAST, min_image_size=50, max_aspect_ratio=2.0)
     small = process_image(image_bytes(40, 80, "s"), settings)
-    assert (small.reason, small.original_width, small.original_height) == ("too_small", 40, 80)
-    assert process_image(image_bytes(300, 100, "a"), settings).reason == "bad_aspect"
+    assert (small.reason, small.original_width, small.original_height) == (
+        "image_too_small",
+        40,
+        80,
+    )
+    assert process_image(image_bytes(300, 100, "a"), settings).reason == "aspect_ratio_above_max"
     assert process_image(image_bytes(100, 60, "fine"), settings).reason is None
 
 

@@ -50,6 +50,20 @@ def test_the_manifest_lists_shards_in_order_with_their_totals():
     assert (manifest["image_token_id"], manifest["tokens_per_image"]) == (499, 4)
 
 
+def test_images_removed_from_kept_documents_are_listed_by_reason():
+    manifest = build_manifest(
+        SETTINGS,
+        TOKENIZER,
+        [shard(0, 1, 1)],
+        6,
+        6,
+        {},
+        images_removed={"over_max_images": 3, "clip_similarity_below_min": 1, "other": 0},
+    )
+    assert manifest["images_removed"] == {"clip_similarity_below_min": 1, "over_max_images": 3}
+    assert "images_removed" not in build_manifest(SETTINGS, TOKENIZER, [], 0, 0, {})
+
+
 def test_shards_with_a_gap_or_a_funnel_that_does_not_balance_are_refused():
     with pytest.raises(RuntimeError, match="not numbered"):
         build_manifest(SETTINGS, TOKENIZER, [shard(0, 1, 1), shard(2, 1, 1)], 1, 1, {})
