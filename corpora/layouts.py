@@ -232,7 +232,8 @@ def mmc4_reordered(doc: Document, keep_imageless: bool = False) -> Document | Dr
     in ``image_info``, then every sentence in document order.
 
     >>> doc = Document("d", "mmc4-reordered", (ImageChunk("u2", meta={"image_index": 1}),
-    ...     TextChunk("a."), TextChunk("b."), ImageChunk("u1", meta={"image_index": 0}), TextChunk("c.")))
+    ...     TextChunk("a."), TextChunk("b."), ImageChunk("u1", meta={"image_index": 0}),
+    ...     TextChunk("c.")))
     >>> [c.text if c.kind == "text" else c.url for c in mmc4_reordered(doc).chunks]
     ['u1', 'u2', 'a.', 'b.', 'c.']
     """

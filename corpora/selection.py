@@ -174,7 +174,8 @@ def select_top_fraction(
 ) -> list[str]:
     """The ids the two passes keep, for records held in memory (same rule as the pipeline).
 
-    >>> select_top_fraction([(0.9, "a"), (0.7, "d"), (0.7, "b"), (0.2, "e"), (0.7, "c"), (0.1, "f")], 0.5)
+    >>> scored = [(0.9, "a"), (0.7, "d"), (0.7, "b"), (0.2, "e"), (0.7, "c"), (0.1, "f")]
+    >>> select_top_fraction(scored, 0.5)
     ['a', 'b', 'c']
     """
     items = list(items)
@@ -200,7 +201,8 @@ def summary(boundary: Boundary, cut: Cut, fraction: float, resolution: float = R
 
 
 def threshold(doc, score: float | None, minimum: float, reason: str):
-    """Keep ``doc`` when ``score >= minimum``; else a :class:`~corpora.record.Drop` named ``reason``.
+    """Keep ``doc`` when ``score >= minimum``; else a :class:`~corpora.record.Drop`
+    named ``reason``.
 
     A record without a usable score is dropped as ``{reason}_missing_score``.
     """

@@ -21,7 +21,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-import re
 import tarfile
 from typing import Any, Callable, Iterable, Mapping
 

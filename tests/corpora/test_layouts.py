@@ -169,7 +169,8 @@ def test_place_images_moves_each_image_before_its_new_sentence():
         ),
         meta={"sentences": 4},
     )
-    # doc.images is [u0, u2, u1]: u0 → d., u2 → a., u1 → a. (two images before one sentence keep image_info order)
+    # doc.images is [u0, u2, u1]: u0 → d., u2 → a., u1 → a.
+    # (two images before one sentence keep image_info order)
     placed = layouts.place_images(doc, [3, 0, 0])
     assert _order(placed) == ["u1", "u2", "a.", "b.", "c.", "u0", "d."]
     assert placed.meta == doc.meta and placed.id == "d"
