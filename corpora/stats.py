@@ -274,14 +274,35 @@ def funnel_section(funnel: Mapping[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
+def fetch_drops(manifest: Mapping[str, Any]) -> collections.Counter:
+    """Records the fetch stage dropped, by reason: pairs that lost their image.
+
+    The fetch stage's own count (the manifest's ``images.failed``) says which
+    drops were fetches: a filter before any download may give a drop the same
+    name (coyo's ``image_too_small`` on the size its parquet declares). A
+    document corpus drops no record for a failed image. Without that count (a
+    manifest that has none), every funnel drop with a fetch reason is one.
+    """
+    from corpora import catalog
+
+    dropped = (manifest.get("funnel") or {}).get("dropped", {})
+    if "images" not in manifest:
+        return collections.Counter(
+            {reason: int(n) for reason, n in dropped.items() if is_fetch_reason(reason)}
+        )
+    spec = catalog.CORPORA.get(manifest.get("corpus"))
+    if spec is not None and not spec.drop_on_image_failure:
+        return collections.Counter()
+    return collections.Counter(
+        {reason: int(n) for reason, n in manifest["images"].get("failed", {}).items()}
+    )
+
+
 def image_fetch_section(acc: StatsAccumulator, manifest: Mapping[str, Any]) -> dict[str, Any]:
     """Fetch outcomes per image: images in the shards succeeded; a failure is
     an image removed from its document (``meta.image_failures``) or a record
-    dropped with a fetch reason (one image each: a pair without its image)."""
-    failures = collections.Counter(acc.image_failures)
-    for reason, count in (manifest.get("funnel") or {}).get("dropped", {}).items():
-        if is_fetch_reason(reason):
-            failures[reason] += int(count)
+    the fetch stage dropped (:func:`fetch_drops`: one image each)."""
+    failures = collections.Counter(acc.image_failures) + fetch_drops(manifest)
     failed = sum(failures.values())
     attempted = acc.images + failed
     section = {

@@ -160,6 +160,29 @@ def test_vila_reference_only_for_coyo_and_mmc4():
         assert (reference and reference["values"]) == expected
 
 
+def test_a_filter_drop_named_like_a_fetch_reason_is_no_failed_fetch():
+    # coyo drops a row whose declared size is too small before any download, and
+    # the fetch stage drops one whose image turns out too small: the same name
+    funnel = {
+        "unit": "pair",
+        "input": 10,
+        "kept": 5,
+        "dropped": {"image_too_small": 3, "http_404": 1, "nsfw_above_max": 1},
+    }
+    images = {"input": 7, "ok": 5, "failed": {"image_too_small": 1, "http_404": 1}}
+    manifest = {"corpus": "coyo", "funnel": funnel, "images": images}
+    section = stats.finalize(StatsAccumulator(), manifest)["image_fetch"]
+    assert section["failed"] == 2
+    assert {f["reason"]: f["count"] for f in section["failures"]} == {
+        "image_too_small": 1,
+        "http_404": 1,
+    }
+    # a document corpus keeps a document whose image failed: its failures are in
+    # the documents' meta, not in the funnel
+    documents = {**manifest, "corpus": "mmc4"}
+    assert stats.finalize(StatsAccumulator(), documents)["image_fetch"]["failed"] == 0
+
+
 def test_every_fetch_reason_is_counted_as_a_failed_fetch():
     from corpora.fetch.settings import REASONS, is_fetch_reason
 
