@@ -162,7 +162,8 @@ class ShardStream:
                 self._verified[shard.url] = True
             except Exception as exc:  # a mismatch, a truncated tar, an unreachable URL
                 self._verified[shard.url] = False
-                self._warn(shard.url, f"does not match its manifest ({_reason(exc)})")
+                reason = _reason(exc).replace(f"{shard.url}: ", "")  # the line names it once
+                self._warn(shard.url, f"does not match its manifest ({reason})")
         return self._verified[shard.url]
 
     def _read(self) -> tuple[tuple[int, int], reader.Sample]:

@@ -12,6 +12,7 @@ needs ``seq_len`` >= 578) and the session's tiny tokenizer:
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import os
 
@@ -64,50 +65,40 @@ def make_builds(tmp_path_factory, image_server, tokenizer_path) -> Builds:
     root.mkdir(exist_ok=True)
     base = image_server.url("")
     image = ("--tokens-per-image", str(TOKENS_PER_IMAGE), "--image-size", str(IMAGE_SIZE))
-    pairs_docs = generated.write_mmc4(
+    pairs = generated.write_mmc4(
         str(root / "pairs.jsonl"), generated.mmc4_documents(30, base, images_per_doc=2)
     )
-    _build(
-        "mmc4-pairs",
-        [pairs_docs],
-        str(root / "pairs"),
-        tokenizer_path,
-        *image,
-        "--no-pack",
-        "--samples-per-shard",
-        "3",
-    )
-    interleaved_docs = generated.write_mmc4(
+    interleaved = generated.write_mmc4(
         str(root / "interleaved.jsonl"),
         generated.mmc4_documents(24, base, images_per_doc=3, image_size=40),
     )
-    _build(
-        "mmc4",
-        [interleaved_docs],
-        str(root / "interleaved"),
-        tokenizer_path,
-        *image,
-        "--no-pack",
-        "--samples-per-shard",
-        "2",
-    )
-    c4_dir = root / "c4-input"
-    c4_dir.mkdir(exist_ok=True)
-    c4_input = fixtures.write_c4_json_gz(str(c4_dir), _c4_lines(400))
-    _build("c4", [c4_input], str(root / "c4"), tokenizer_path, "--samples-per-shard", "2")
+    (root / "c4-input").mkdir(exist_ok=True)
+    c4 = fixtures.write_c4_json_gz(str(root / "c4-input"), _c4_lines(400))
     small = generated.write_mmc4(
         str(root / "small.jsonl"), generated.mmc4_documents(3, base, images_per_doc=1)
     )
-    _build(
-        "mmc4-pairs",
-        [small],
-        str(root / "pairs_tpi16"),
-        tokenizer_path,
-        "--tokens-per-image",
-        "16",
-        "--image-size",
-        str(IMAGE_SIZE),
-    )
-    _build("mmc4-pairs", [small], str(root / "pairs_other_tokenizer"), SAMPLE_TOKENIZER, *image)
+    per_shard = "--samples-per-shard"
+    jobs = [
+        ("mmc4-pairs", pairs, "pairs", tokenizer_path, *image, "--no-pack", per_shard, "3"),
+        ("mmc4", interleaved, "interleaved", tokenizer_path, *image, "--no-pack", per_shard, "2"),
+        ("c4", c4, "c4", tokenizer_path, per_shard, "2"),  # default image settings
+        (
+            "mmc4-pairs",
+            small,
+            "pairs_tpi16",
+            tokenizer_path,
+            "--tokens-per-image",
+            "16",
+            *image[2:],
+        ),
+        ("mmc4-pairs", small, "pairs_other_tokenizer", SAMPLE_TOKENIZER, *image),
+    ]
+    # Each build is mostly Beam's start-up in its own process: three at a time overlap it.
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        for future in [
+            pool.submit(_build, corpus, [source], str(root / name), tokenizer, *flags)
+            for corpus, source, name, tokenizer, *flags in jobs
+        ]:
+            future.result()
     done.write_text("")
     return Builds(str(root))
