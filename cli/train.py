@@ -133,3 +133,26 @@ def data(
             click.echo(describe_mix(counts, loader.sources, weight_unit, mix_samples))
     except (DataError, ValueError) as exc:
         raise _failure(str(exc)) from None
+
+
+@train.command("energon-prepare")
+@click.argument("build", metavar="BUILD")
+def energon_prepare(build):
+    """Make a build readable by Megatron-Energon without `energon prepare`.
+
+    Writes BUILD/.nv-meta (shard counts, a train split of every shard,
+    CrudeWebdataset) and a .tar.idx beside each shard, from the manifest.
+    BUILD is a build directory, local or a URL.
+    """
+    from trainer.energon import write_energon_meta
+    from trainer.stream import DataError
+
+    try:
+        written = write_energon_meta(build)
+    except (DataError, OSError) as exc:
+        raise _failure(str(exc)) from None
+    indexes = sum(1 for path in written if path.endswith(".tar.idx"))
+    click.echo(
+        f"Wrote {indexes} .tar.idx file(s) and {build.rstrip('/')}/.nv-meta/ "
+        "(.info.json, split.yaml, dataset.yaml: CrudeWebdataset)"
+    )
