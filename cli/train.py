@@ -54,9 +54,15 @@ def train() -> None:
     show_default=True,
     help="What the weights count: samples, images, or non-padding tokens.",
 )
-@click.option("--batch-size", type=click.IntRange(1), default=4, show_default=True)
 @click.option(
-    "--objective", type=click.Choice(["vila", "prefixlm"]), default="vila", show_default=True
+    "--batch-size", type=click.IntRange(1), default=4, show_default=True, help="Samples per batch."
+)
+@click.option(
+    "--objective",
+    type=click.Choice(["vila", "prefixlm"]),
+    default="vila",
+    show_default=True,
+    help="The features shown: VILA's next-token labels or SimVLM's encoder/decoder split.",
 )
 @click.option(
     "--batches", type=click.IntRange(0), default=2, show_default=True, help="Batches to print."
@@ -68,7 +74,13 @@ def train() -> None:
     show_default=True,
     help="Samples over which the blend's mix is measured (images are not decoded); 0: skip.",
 )
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seeds the shard order, the shuffle buffer and the PrefixLM prefix lengths.",
+)
 @click.option(
     "--workers",
     type=click.IntRange(0),
@@ -82,7 +94,13 @@ def train() -> None:
     default=None,
     help="Square size the images are resized to. Default: the size the builds stored.",
 )
-@click.option("--shuffle-buffer", type=click.IntRange(0), default=1000, show_default=True)
+@click.option(
+    "--shuffle-buffer",
+    type=click.IntRange(0),
+    default=1000,
+    show_default=True,
+    help="Samples held per build and worker, one drawn at random per step; 0: shard order.",
+)
 @click.option(
     "--verify", is_flag=True, help="Check each shard's sha256 against the manifest before use."
 )
