@@ -110,10 +110,9 @@ def _describe_row(
             prefix = int((batch["encoder_segment_ids"][row] == segment).sum())
             rest = int((batch["decoder_segment_ids"][row] == segment).sum())
             cut = start + prefix
-            lines.append(
-                f"      encoder {start}-{cut - 1} ({prefix} tokens, bidirectional), "
-                + (f"decoder {cut}-{end - 1} ({rest} targets)" if rest else "decoder: nothing")
-            )
+            encoder = f"encoder {ranges(range(start, cut))} ({prefix} tokens, bidirectional)"
+            decoder = f"decoder {ranges(range(cut, end))} ({rest} target{'s' * (rest != 1)})"
+            lines.append(f"      {encoder}, {decoder if rest else 'decoder: nothing'}")
     padding = np.flatnonzero(segments == 0)
     if padding.size:
         lines.append(f"    padding {ranges(padding)}")

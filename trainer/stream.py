@@ -89,7 +89,8 @@ class ShardStream:
 
     ``seed`` is a sequence of ints (the run's seed, the source, the consumer);
     ``shuffle_buffer`` samples are held and one drawn at random per step (0
-    or 1: the shards' own order); ``check(sample)`` returns why a sample is
+    or 1: the shards' own order; never more than the shards hold, when their
+    counts are known); ``check(sample)`` returns why a sample is
     unusable (counted in ``samples_skipped``), or None. Samples keep their
     images as encoded bytes: decoding is the batcher's work.
     """
@@ -108,6 +109,10 @@ class ShardStream:
             raise DataError(f"{name or 'stream'}: no shards to read")
         self.shards = list(shards)
         self.seed = tuple(int(s) for s in seed)
+        known = [s.samples for s in self.shards]
+        if all(n is not None for n in known):  # a buffer larger than the data would hold repeats
+            held = sum((n - s.part + s.parts - 1) // s.parts for n, s in zip(known, self.shards))  # type: ignore[operator]
+            shuffle_buffer = min(shuffle_buffer, held)
         self.buffer_size = int(shuffle_buffer)
         self.verify = verify
         self.check = check
