@@ -263,3 +263,32 @@ def test_the_smoke_config_reads_the_bundled_sample_build(tmp_path):
     finally:
         os.chdir(cwd)
     assert tuple(batch["images"].shape[-2:]) == (64, 64) and batch["image_mask"].any()
+
+
+def test_builds_are_read_over_http_and_fsspec_urls_as_from_disk(builds):
+    import functools
+    import http.server
+    import threading
+
+    import fsspec
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=builds.root)
+    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    memory = fsspec.filesystem("memory")
+    for name in os.listdir(builds.c4):
+        if name.endswith((".tar", ".json")):
+            memory.pipe(f"/c4-copy/{name}", open(os.path.join(builds.c4, name), "rb").read())
+    try:
+        remote = [
+            (f"http://127.0.0.1:{server.server_address[1]}/pairs", 8),
+            ("memory://c4-copy", 1),
+        ]
+        settings = {"batch_size": B, "num_workers": 0, "shuffle_buffer": 8, "image_size": 24}
+        over_urls = _take(Loader(data_config(remote, **settings)), 3)
+        from_disk = _take(Loader(_config(builds, [("pairs", 8), ("c4", 1)])), 3)
+    finally:
+        server.shutdown()
+        memory.rm("/c4-copy", recursive=True)
+    assert _same(over_urls, from_disk)
