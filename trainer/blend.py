@@ -288,6 +288,15 @@ class Blend:
         count["tokens"] += sample.tokens
         return source, sample
 
+    def retract(self, source: int, sample: reader.Sample) -> None:
+        """Take back a sample the batcher could not use, so that the mix and
+        the counts hold what the batches hold."""
+        self.mix.add(source, -unit_mass(sample, self.unit))
+        count = self.counts[source]
+        count["samples"] -= 1
+        count["images"] -= len(sample.images)
+        count["tokens"] -= sample.tokens
+
     def close(self) -> None:
         for stream in self.streams:
             stream.close()

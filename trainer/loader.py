@@ -185,6 +185,7 @@ class BatchStream:
             try:
                 images = [load_image(data, self.image_size) for data in sample.images]
             except Exception as exc:  # a stored image that does not decode
+                self.blend.retract(source, sample)
                 self.undecodable += 1
                 log.warning("%s: skipped sample %s: %s", sample.url, sample.key, _reason(exc))
                 continue

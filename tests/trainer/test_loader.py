@@ -194,7 +194,10 @@ def test_an_image_that_does_not_decode_drops_its_sample_and_is_counted(builds, t
         handle.write(b"\x00" * image.size)
     loader = Loader(data_config([build], batch_size=B, num_workers=0, shuffle_buffer=0))
     _take(loader, 30)  # two passes
-    assert loader.counters["samples_skipped"] == 2 and loader.counters["samples"] == 120
+    counters = loader.counters
+    assert counters["samples_skipped"] == 2 and counters["samples"] == 120
+    per_build = counters["sources"][build]
+    assert per_build["samples"] == per_build["images"] == 120  # what the batches hold
 
 
 DISTRIBUTED = textwrap.dedent(
