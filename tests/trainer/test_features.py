@@ -82,15 +82,8 @@ def test_text_only_and_short_documents():
     seg = np.array([1, 1, 1, 0])
     assert features.prefix_bounds(ids, seg, IMAGE) == [(3, 3)]
     # text-only blends have no image token: labels are the next token within a document
-    assert features.vila_labels(
-        np.array([1, 5, 2, 1, 6]), np.array([1, 1, 1, 2, 2]), None
-    ).tolist() == [
-        5,
-        2,
-        -100,
-        6,
-        -100,
-    ]
+    labels = features.vila_labels(np.array([1, 5, 2, 1, 6]), np.array([1, 1, 1, 2, 2]), None)
+    assert labels.tolist() == [5, 2, -100, 6, -100]
 
 
 @st.composite
