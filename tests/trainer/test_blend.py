@@ -15,7 +15,11 @@ from trainer.blend import BlendError, DataSpec, Mix, check_blend, resolve_source
 from trainer.loader import Loader, data_config
 from trainer.stream import DataError
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.integration,
+    pytest.mark.filterwarnings("ignore:This DataLoader will create"),  # 4 workers on 2 cores
+]
 
 
 @settings(max_examples=300, deadline=None)
