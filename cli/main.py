@@ -15,6 +15,7 @@ import tempfile
 import click
 
 from cli import fetch_options
+from cli.train import train
 from corpora import catalog
 from corpora import settings as build_settings
 from corpora.clip import (
@@ -779,6 +780,9 @@ def report(path, output, samples):
     except OSError as exc:
         raise UsageFailure(f"cannot write report: {exc}") from None
     click.echo(f"Wrote {written}")
+
+
+cli.add_command(train)
 
 
 def main() -> None:

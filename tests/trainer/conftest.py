@@ -1,0 +1,11 @@
+from __future__ import annotations
+
+import pytest
+
+from tests.trainer.builds import make_builds
+
+
+@pytest.fixture(scope="session")
+def builds(tmp_path_factory, image_server, tokenizer_path):
+    """The trainer tests' builds (``tests/trainer/builds.py``), made once per session."""
+    return make_builds(tmp_path_factory, image_server, tokenizer_path)
