@@ -96,7 +96,8 @@ def peak_rss_mib() -> float:
 
 def run_ours(url_file: str, out: str, threads: int) -> dict:
     sys.path.insert(0, REPO)
-    from corpora.fetch import Fetcher, FetchSettings, _resizer
+    from corpora.fetch import Fetcher, FetchSettings
+    from corpora.fetch.image import resizer
 
     settings = FetchSettings(
         image_size=IMAGE_SIZE,
@@ -109,7 +110,7 @@ def run_ours(url_file: str, out: str, threads: int) -> dict:
         progress_interval=0,
         max_attempts=1,
     )
-    _resizer(
+    resizer(
         settings
     )  # import OpenCV/albumentations before the clock starts, as img2dataset's side does
     ok = failed = 0
@@ -209,7 +210,8 @@ def main() -> None:
     port = ports.get(timeout=60)
     load = os.getloadavg()
     print(
-        f"fetch benchmark: {args.threads} threads each, server latency {args.latency * 1000:.0f} ms, "
+        f"fetch benchmark: {args.threads} threads each, "
+        f"server latency {args.latency * 1000:.0f} ms, "
         f"{IMAGE_SIZE} px {RESIZE_MODE}, JPEG q{QUALITY}; {os.cpu_count()} cores, "
         f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
@@ -253,7 +255,8 @@ def print_table(rows, header: bool) -> None:
         rate_ours = ours["ok"] / ours["seconds"]
         print(
             f"{n:>8,} | {rate_i2d:>17.1f} | {rate_ours:>10.1f} | {rate_ours / rate_i2d:>5.2f} | "
-            f"{i2d['peak_rss_mib']:>12.0f} | {ours['peak_rss_mib']:>13.0f} | {i2d['ok']}/{ours['ok']}",
+            f"{i2d['peak_rss_mib']:>12.0f} | {ours['peak_rss_mib']:>13.0f} | "
+            f"{i2d['ok']}/{ours['ok']}",
             flush=True,
         )
 

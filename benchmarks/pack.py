@@ -35,7 +35,7 @@ sys.path.insert(0, ROOT)
 from corpora import pack, shards  # noqa: E402
 from corpora.record import Document, TextChunk  # noqa: E402
 from corpora.settings import SAMPLE_TOKENIZER  # noqa: E402
-from corpora.tokenize import Span, TokenizedDocument, Tokenizer, tokenize_document  # noqa: E402
+from corpora.tokenizer import Span, TokenizedDocument, Tokenizer, tokenize_document  # noqa: E402
 
 SEED = 0
 

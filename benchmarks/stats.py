@@ -25,9 +25,9 @@ import time
 
 import numpy as np
 
-from corpora import pack, shards, stats
+from corpora import pack, reader, shards, stats
 from corpora.record import ImageChunk
-from corpora.tokenize import Span, TokenizedDocument
+from corpora.tokenizer import Span, TokenizedDocument
 
 IMAGE_TOKEN, TOKENS_PER_IMAGE = 32000, 576
 
@@ -121,14 +121,15 @@ def main() -> None:
 
         def read_only() -> None:
             with open(os.path.join(directory, "mmc4-000000.tar"), "rb") as stream:
-                for _ in shards.iter_tar_samples(stream):
+                for _ in reader.iter_tar_samples(stream):
                     pass
 
         t_read, t_stats = best(read_only), best(lambda: stats.stats_from_shards(directory))
 
     n = len(sequences)
     print(
-        f"{n} sequences of {args.seq_len} tokens, shard {len(data) / 1e6:.1f} MB, best of {args.repeat}"
+        f"{n} sequences of {args.seq_len} tokens, shard {len(data) / 1e6:.1f} MB, "
+        f"best of {args.repeat}"
     )
     print(
         f"during the build: write_shard {t_write:.3f} s | statistics {t_combine:.3f} s | "

@@ -57,7 +57,6 @@ from trainer.runtime import start  # noqa: E402
 from trainer.train import fit, make_optimizer  # noqa: E402
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0}
-IGNORE = -100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,79 +73,43 @@ class Spec:
 
 def synthetic_batches(objective, spec, count, batch_size, image_size, seed=0):
     """``count`` contract batches: per row, a document with ``max_images`` images and text,
-    then a text-only document; 95% of each row is filled."""
+    then a text-only document; 95% of each row is filled. The features are
+    ``trainer.features``' (PrefixLM's cuts drawn with a seeded generator)."""
+    from trainer import features
+
     rng = np.random.default_rng(seed)
     L, T, M = spec.seq_len, spec.tokens_per_image, spec.max_images
     batches = []
     for _ in range(count):
-        rows = []
-        for _ in range(batch_size):
+        input_ids = np.full((batch_size, L), spec.pad_id, np.int64)
+        segment_ids = np.zeros((batch_size, L), np.int64)
+        for row in range(batch_size):
             used = int(0.95 * L)
             first = int(rng.integers(M * T + 8, max(M * T + 9, used - 8)))
-            text1 = rng.integers(3, spec.vocab_size, first - M * T).tolist()
-            text2 = rng.integers(3, spec.vocab_size, used - first).tolist()
-            rows.append(([spec.image_token_id] * (M * T) + text1, text2))
-        batches.append(_collate(objective, rows, spec, image_size, rng))
-    return batches
-
-
-def _collate(objective, rows, spec, image_size, rng):
-    B, L, M = len(rows), spec.seq_len, spec.max_images
-    arrays = {
-        name: np.zeros((B, L), np.int64)
-        for name in ("input_ids", "segment_ids", "positions", "labels")
-    }
-    arrays["labels"][:] = IGNORE
-    encoder = {n: np.zeros((B, L), np.int64) for n in ("ids", "segments", "positions")}
-    decoder = {
-        n: np.zeros((B, L), np.int64) for n in ("inputs", "targets", "segments", "positions")
-    }
-    weights = np.zeros((B, L), np.float32)
-    for row, documents in enumerate(rows):
-        at = enc = dec = 0
-        for number, ids in enumerate(documents, 1):
-            n = len(ids)
-            arrays["input_ids"][row, at : at + n] = ids
-            arrays["segment_ids"][row, at : at + n] = number
-            arrays["positions"][row, at : at + n] = np.arange(n)
-            following = np.array(ids[1:])
-            arrays["labels"][row, at : at + n - 1] = np.where(
-                following == spec.image_token_id, IGNORE, following
+            input_ids[row, : M * T] = spec.image_token_id
+            input_ids[row, M * T : used] = rng.integers(3, spec.vocab_size, used - M * T)
+            segment_ids[row, :first] = 1
+            segment_ids[row, first:used] = 2
+        arrays = {
+            "input_ids": input_ids,
+            "segment_ids": segment_ids,
+            "positions": features.document_positions(segment_ids),
+        }
+        if objective == "vila":
+            arrays.update(features.vila_features(input_ids, segment_ids, spec.image_token_id))
+        else:
+            arrays.update(
+                features.prefixlm_features(
+                    input_ids, segment_ids, spec.image_token_id, spec.pad_id, rng=rng
+                )
             )
-            at += n
-            images = sum(1 for i in ids if i == spec.image_token_id)
-            prefix = images + (n - images) // 2
-            encoder["ids"][row, enc : enc + prefix] = ids[:prefix]
-            encoder["segments"][row, enc : enc + prefix] = number
-            encoder["positions"][row, enc : enc + prefix] = np.arange(prefix)
-            enc += prefix
-            rest = ids[prefix:]
-            decoder["targets"][row, dec : dec + len(rest)] = rest
-            decoder["inputs"][row, dec : dec + len(rest)] = [spec.pad_id] + rest[:-1]
-            decoder["segments"][row, dec : dec + len(rest)] = number
-            decoder["positions"][row, dec : dec + len(rest)] = np.arange(len(rest))
-            weights[row, dec : dec + len(rest)] = 1.0
-            dec += len(rest)
-    batch = {name: torch.from_numpy(array) for name, array in arrays.items()}
-    batch["images"] = torch.from_numpy(
-        rng.standard_normal((B, M, 3, image_size, image_size), dtype=np.float32)
-    )
-    batch["image_mask"] = torch.ones(B, M, dtype=torch.bool)
-    if objective == "vila":
-        batch["position_ids"] = batch["positions"].clone()
-        return batch
-    del batch["labels"]
-    batch.update(
-        encoder_input_ids=torch.from_numpy(encoder["ids"]),
-        encoder_segment_ids=torch.from_numpy(encoder["segments"]),
-        encoder_positions=torch.from_numpy(encoder["positions"]),
-        decoder_input_ids=torch.from_numpy(decoder["inputs"]),
-        decoder_target_ids=torch.from_numpy(decoder["targets"]),
-        decoder_segment_ids=torch.from_numpy(decoder["segments"]),
-        decoder_positions=torch.from_numpy(decoder["positions"]),
-        decoder_loss_weights=torch.from_numpy(weights),
-    )
-    return batch
+        batch = {name: torch.from_numpy(array) for name, array in arrays.items()}
+        batch["images"] = torch.from_numpy(
+            rng.standard_normal((batch_size, M, 3, image_size, image_size), dtype=np.float32)
+        )
+        batch["image_mask"] = torch.ones(batch_size, M, dtype=torch.bool)
+        batches.append(batch)
+    return batches
 
 
 class Timed:

@@ -82,7 +82,7 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         dict(
             type=click.IntRange(0),
             default=DEFAULTS.min_image_size,
-            help="Drop images whose shorter side is smaller (too_small).",
+            help="Drop images whose shorter side is smaller (image_too_small).",
         ),
     ),
     "--max-aspect-ratio": (
@@ -90,7 +90,7 @@ FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         dict(
             type=click.FloatRange(1),
             default=None,
-            help="Drop images more elongated than this (bad_aspect).",
+            help="Drop images more elongated than this (aspect_ratio_above_max).",
         ),
     ),
     "--max-pixels": (

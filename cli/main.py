@@ -49,7 +49,7 @@ def _check_tokenizer(path: str) -> None:
 
 
 def _check_failures_file(path: str) -> str:
-    from corpora.accounting import read_failure_urls
+    from pipelines.storage import read_failure_urls
 
     if "://" not in path:
         path = os.path.abspath(path)
@@ -137,7 +137,7 @@ def check_inputs(settings, spec: catalog.CorpusSpec) -> None:
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
 
-    from corpora.io import InputError
+    from corpora.inputs import InputError
 
     for pattern in settings.inputs:
         for match in FileSystems.match([pattern])[0].metadata_list:
@@ -476,7 +476,7 @@ def build(
     if not inputs:
         if not corpus.startswith("mmc4"):
             raise UsageFailure(f"--input is required for {corpus} (the bundled sample is MMC4)")
-        from corpora.sample import materialize_sample
+        from corpora.bundled_sample import materialize_sample
 
         # A fixed place, so that re-running the command resumes the same build.
         inputs = (materialize_sample(os.path.join(tempfile.gettempdir(), "corpora-sample")),)
@@ -558,7 +558,7 @@ def build(
     if settings.corpus_options:
         click.echo("  " + ", ".join(f"{k}={v}" for k, v in settings.corpus_options.items()))
 
-    from corpora.resume import SettingsChanged
+    from corpora.shards.resume import SettingsChanged
     from pipelines.launch import execute
 
     try:
@@ -639,7 +639,7 @@ def _print_summary(manifest: dict) -> None:
 )
 def inspect(path, index):
     """Print one packed sample of a build directory or a shard readably."""
-    from corpora.inspect import describe_sample, find_sample
+    from corpora.describe import describe_sample, find_sample
 
     try:
         sample, manifest = find_sample(path, index)
@@ -678,8 +678,8 @@ def tokenizer_train(inputs, vocab_size, output, model_type, max_sentences):
     """Train a SentencePiece model on a corpus's text."""
     import fsspec
 
-    from corpora.io import InputError
-    from corpora.tokenize import file_sha256
+    from corpora.inputs import InputError
+    from corpora.tokenizer import file_sha256
     from corpora.tokenizer_train import iter_corpus_text, train_sentencepiece
 
     files = []
@@ -747,11 +747,13 @@ def stats(path, as_json):
 
     DIR_OR_MANIFEST is a build directory, its manifest.json, or one shard of it.
     """
-    from corpora.stats import StatsInputError, format_table, stats_from_shards, stats_json
+    from corpora.reader import BuildInputError
+    from corpora.stats import stats_from_shards, stats_json
+    from corpora.stats_table import format_table
 
     try:
         result = stats_from_shards(path, _progress)
-    except StatsInputError as exc:
+    except BuildInputError as exc:
         raise UsageFailure(str(exc)) from None
     click.echo(stats_json(result) if as_json else format_table(result), nl=not as_json)
 
@@ -768,12 +770,12 @@ def stats(path, as_json):
 )
 def report(path, output, samples):
     """Write report.html: a build's statistics, charts and a gallery of packed samples."""
+    from corpora.reader import BuildInputError
     from corpora.report import write_report
-    from corpora.stats import StatsInputError
 
     try:
         written = write_report(path, output, samples, _progress)
-    except StatsInputError as exc:
+    except BuildInputError as exc:
         raise UsageFailure(str(exc)) from None
     except OSError as exc:
         raise UsageFailure(f"cannot write report: {exc}") from None

@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any, BinaryIO, Callable, Iterator, Mapping, Union
 
 from corpora import filters, layouts
-from corpora.io import iter_lines
+from corpora.inputs import iter_lines
 from corpora.record import Document, Drop
 from corpora.settings import BuildSettings
 from corpora.sources import c4, coyo, mmc4, wit

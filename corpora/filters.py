@@ -128,13 +128,13 @@ def mmc4_filter(doc: Document, options: Mapping[str, Any]) -> Document | Drop:
     min_sim = options.get("min_sim")
     max_images = options.get("max_images")
     kept_images = 0
-    removed = {"below_min_sim": 0, "over_max_images": 0}
+    removed = {"clip_similarity_below_min": 0, "over_max_images": 0}
     chunks = []
     for chunk in doc.chunks:
         if isinstance(chunk, ImageChunk):
             sim = chunk.scores.get("matched_sim")
             if min_sim is not None and (sim is None or sim < min_sim):
-                removed["below_min_sim"] += 1
+                removed["clip_similarity_below_min"] += 1
                 continue
             if max_images and kept_images >= max_images:
                 removed["over_max_images"] += 1

@@ -212,8 +212,10 @@ def place_images(doc: Document, matched: Sequence[int | None]) -> Document:
 def _require_images(doc: Document, keep_imageless: bool, reason: str) -> Document | Drop:
     if doc.images or keep_imageless:
         return doc
-    if any(name.startswith("clip_") for name in doc.meta.get("images_removed") or {}):
-        reason = "no_images_after_clip"  # the CLIP stage removed the last of them
+    if "clip_model" in doc.meta:
+        # the CLIP stage names its model only on a document that still had images,
+        # so it removed the last of them
+        reason = "no_images_after_clip"
     return Drop(reason, doc.id, url=doc.source_url)
 
 
@@ -230,7 +232,8 @@ def mmc4_reordered(doc: Document, keep_imageless: bool = False) -> Document | Dr
     in ``image_info``, then every sentence in document order.
 
     >>> doc = Document("d", "mmc4-reordered", (ImageChunk("u2", meta={"image_index": 1}),
-    ...     TextChunk("a."), TextChunk("b."), ImageChunk("u1", meta={"image_index": 0}), TextChunk("c.")))
+    ...     TextChunk("a."), TextChunk("b."), ImageChunk("u1", meta={"image_index": 0}),
+    ...     TextChunk("c.")))
     >>> [c.text if c.kind == "text" else c.url for c in mmc4_reordered(doc).chunks]
     ['u1', 'u2', 'a.', 'b.', 'c.']
     """

@@ -36,7 +36,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from corpora.record import ImageChunk
-from corpora.tokenize import Span, TokenizedDocument
+from corpora.tokenizer import Span, TokenizedDocument
 
 DEFAULT_BUFFER_SIZE = 10_000
 DEFAULT_MAX_OPEN = 512
@@ -129,7 +129,7 @@ def _cut_points(spans: Sequence[Span], seq_len: int) -> list[int]:
 def plan_document(key: str, length: int, spans: Sequence[Span], seq_len: int) -> list[PieceRef]:
     """The pieces of a document of ``length`` tokens, each at most ``seq_len``.
 
-    >>> from corpora.tokenize import Span
+    >>> from corpora.tokenizer import Span
     >>> spans = [Span("bos", 0, 1), Span("text", 1, 5), Span("image", 5, 9, 0), Span("text", 9, 11),
     ...          Span("eos", 11, 12)]
     >>> [(p.start, p.end) for p in plan_document("d", 12, spans, 8)]
@@ -298,7 +298,7 @@ def pack(
     A and C (4 tokens each) don't fit there; A opens sequence 2 and C fills it::
 
         >>> import numpy as np
-        >>> from corpora.tokenize import Span, TokenizedDocument
+        >>> from corpora.tokenizer import Span, TokenizedDocument
         >>> def doc(name, ids):
         ...     spans = (Span("bos", 0, 1), Span("text", 1, len(ids) - 1), Span("eos", len(ids) - 1, len(ids)))
         ...     return TokenizedDocument(name, "c", np.array(ids, np.int32), spans, (), {"id": name})

@@ -1,4 +1,4 @@
-"""Reading built shards: the API the trainer, ``inspect`` and ``stats`` use.
+"""Reading built shards: the API the trainer and the ``corpora`` commands use.
 
     >>> from corpora.reader import iter_samples, load_manifest, shard_urls
     >>> manifest = load_manifest("corpora-out/mmc4-pairs")            # doctest: +SKIP
@@ -10,189 +10,45 @@
 URLs are local paths, ``file://`` URLs, or anything ``fsspec`` opens
 (``gs://``, ``s3://``, ``hf://``); brace patterns such as
 ``mmc4-{000000..000041}.tar`` (the manifest's ``shard_pattern``) expand.
+The code is :mod:`corpora.shards.reading`; these are its public names.
 """
 
-from __future__ import annotations
+from corpora.shards.reading import (
+    BuildFiles,
+    BuildInputError,
+    Sample,
+    ShardMismatch,
+    expand_urls,
+    hf_features,
+    iter_samples,
+    iter_tar_samples,
+    load_manifest,
+    locate,
+    open_url,
+    segment_parts,
+    shard_urls,
+    text_decoder,
+    to_sample,
+    verify_build,
+    verify_shard,
+)
 
-import dataclasses
-import hashlib
-import io
-import json
-import os
-from typing import Any, BinaryIO, Iterable, Iterator, Sequence
-
-import numpy as np
-
-from corpora.manifest import MANIFEST
-from corpora.shards import ARRAYS, iter_tar_samples
-
-
-class ShardMismatch(ValueError):
-    """A shard does not match its manifest entry (count or sha256)."""
-
-
-@dataclasses.dataclass
-class Sample:
-    """One packed sequence read back from a shard."""
-
-    key: str
-    url: str
-    input_ids: np.ndarray
-    segment_ids: np.ndarray
-    positions: np.ndarray
-    images: list[Any]  # PIL images (decoded) or JPEG bytes, in slot order
-    documents: list[dict[str, Any]]
-
-    @property
-    def tokens(self) -> int:
-        """Non-padding tokens."""
-        return int((self.segment_ids > 0).sum())
-
-
-def expand_urls(urls: str | Sequence[str]) -> list[str]:
-    """Expand brace patterns: ``a-{000..002}.tar`` → three URLs.
-
-    >>> expand_urls(["s/c-{000000..000002}.tar", "t/x.tar"])
-    ['s/c-000000.tar', 's/c-000001.tar', 's/c-000002.tar', 't/x.tar']
-    """
-    from braceexpand import braceexpand
-
-    if isinstance(urls, str):
-        urls = [urls]
-    return [expanded for url in urls for expanded in braceexpand(url)]
-
-
-def _join(base: str, name: str) -> str:
-    if "://" in base:
-        return base.rstrip("/") + "/" + name
-    return os.path.join(base, name)
-
-
-def open_url(url: str) -> BinaryIO:
-    """A binary stream for a local path, ``file://`` URL or fsspec URL."""
-    if url.startswith("file://"):
-        url = url[len("file://") :]
-    if "://" not in url:
-        return open(url, "rb")
-    import fsspec
-
-    return fsspec.open(url, "rb").open()
-
-
-def load_manifest(location: str) -> dict[str, Any]:
-    """The manifest of a build: ``location`` is its directory or the file."""
-    url = location if location.endswith(".json") else _join(location, MANIFEST)
-    with open_url(url) as stream:
-        return json.loads(stream.read())
-
-
-def shard_urls(location: str, manifest: dict[str, Any] | None = None) -> list[str]:
-    """The URLs of a build's shards, in order."""
-    manifest = manifest if manifest is not None else load_manifest(location)
-    return [_join(location, shard["path"]) for shard in manifest["shards"]]
-
-
-def _decode_image(data: bytes):
-    from PIL import Image
-
-    image = Image.open(io.BytesIO(data))
-    image.load()
-    return image
-
-
-def to_sample(raw: dict[str, Any], url: str, decode_images: bool = True) -> Sample:
-    missing = [name for name in ARRAYS if name not in raw]
-    if missing:
-        raise ValueError(f"{url}: sample {raw['__key__']} has no {', '.join(missing)}")
-    images = raw["images"]
-    return Sample(
-        key=raw["__key__"],
-        url=url,
-        input_ids=raw["input_ids"],
-        segment_ids=raw["segment_ids"],
-        positions=raw["positions"],
-        images=[_decode_image(data) for data in images] if decode_images else list(images),
-        documents=list(raw.get("json", {}).get("documents", [])),
-    )
-
-
-def iter_samples(urls: str | Iterable[str], decode_images: bool = True) -> Iterator[Sample]:
-    """The samples of the shards at ``urls`` (brace patterns expand), in order."""
-    for url in expand_urls(list(urls) if not isinstance(urls, str) else urls):
-        with open_url(url) as stream:
-            for raw in iter_tar_samples(stream):
-                yield to_sample(raw, url, decode_images)
-
-
-class _Hashing(io.RawIOBase):
-    def __init__(self, stream: BinaryIO):
-        self._stream = stream
-        self.sha256 = hashlib.sha256()
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:  # type: ignore[override]
-        data = self._stream.read(len(buffer))
-        buffer[: len(data)] = data
-        self.sha256.update(data)
-        return len(data)
-
-
-def verify_shard(url: str, entry: dict[str, Any]) -> None:
-    """Check a shard against its manifest entry: sample count and sha256.
-    Raises :class:`ShardMismatch` naming the shard and what differs."""
-    with open_url(url) as stream:
-        hashing = _Hashing(stream)
-        count = sum(1 for _ in iter_tar_samples(io.BufferedReader(hashing, 1 << 20)))  # type: ignore[arg-type]
-        while hashing.readinto(bytearray(1 << 20)):  # tar padding after the last member
-            pass
-    if count != entry["samples"]:
-        raise ShardMismatch(f"{url}: {count} samples, the manifest says {entry['samples']}")
-    digest = hashing.sha256.hexdigest()
-    if digest != entry["sha256"]:
-        raise ShardMismatch(f"{url}: sha256 {digest}, the manifest says {entry['sha256']}")
-
-
-def verify_build(location: str) -> list[str]:
-    """Check every shard of a build against its manifest; the problems found
-    (missing or mismatched shards), empty when the build is intact."""
-    manifest = load_manifest(location)
-    problems = []
-    for url, entry in zip(shard_urls(location, manifest), manifest["shards"]):
-        try:
-            verify_shard(url, entry)
-        except (OSError, ShardMismatch) as exc:
-            problems.append(str(exc) if isinstance(exc, ShardMismatch) else f"{url}: {exc}")
-        except Exception as exc:  # a truncated or corrupt tar
-            problems.append(f"{url}: unreadable shard ({exc})")
-    return problems
-
-
-def hf_features(manifest: dict[str, Any]):
-    """The Hugging Face ``datasets`` features of a build's shards.
-
-    Samples hold different numbers of images, and ``load_dataset("webdataset")``
-    infers its schema from the first five samples only; pass these instead::
-
-        load_dataset("webdataset", data_files=urls, features=hf_features(manifest))
-
-    Image columns ``img000.jpg`` … up to ``max_images_per_sample`` are ``None``
-    where a sample holds fewer images.
-    """
-    import datasets
-
-    if not hasattr(datasets, "Json"):
-        raise ImportError(
-            "hf_features needs a datasets release with the Json feature; "
-            f"found {datasets.__version__}"
-        )
-    seq_len = int(manifest["seq_len"])
-    array = datasets.List(datasets.Value("int32"), length=seq_len)
-    features = {f"{name}.npy": array for name in ARRAYS}
-    for i in range(int(manifest["max_images_per_sample"])):
-        features[f"img{i:03d}.jpg"] = datasets.Image()
-    features["json"] = datasets.Json()
-    features["__key__"] = datasets.Value("string")
-    features["__url__"] = datasets.Value("string")
-    return datasets.Features(features)
+__all__ = [
+    "BuildFiles",
+    "BuildInputError",
+    "Sample",
+    "ShardMismatch",
+    "expand_urls",
+    "hf_features",
+    "iter_samples",
+    "iter_tar_samples",
+    "load_manifest",
+    "locate",
+    "open_url",
+    "segment_parts",
+    "shard_urls",
+    "text_decoder",
+    "to_sample",
+    "verify_build",
+    "verify_shard",
+]

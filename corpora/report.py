@@ -16,16 +16,16 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from corpora import reader
 from corpora import stats as corpus_stats
-from corpora.inspect import segment_parts
-from corpora.stats import format_number, format_share
+from corpora.stats_table import format_number, format_share
 
 REPORT = "report.html"
 THUMBNAIL = 160  # px, the longer side of a gallery thumbnail
 
 _CSS = """
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 72em;
-       padding: 0 1.5em; color: #1d2330; background: #fff; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto;
+       max-width: 72em; padding: 0 1.5em; color: #1d2330; background: #fff; }
 h1 { font-size: 1.6em; margin-bottom: .2em; } h2 { margin-top: 2em; border-bottom: 1px solid #dde; }
 .sub { color: #667; margin-top: 0; }
 table { border-collapse: collapse; margin: .6em 0; }
@@ -37,7 +37,8 @@ th { color: #556; font-weight: 600; }
 .charts { display: flex; flex-wrap: wrap; gap: 1.5em; }
 figure { margin: 0; } figcaption { color: #556; font-size: .9em; }
 svg.chart text { font: 11px system-ui, sans-serif; fill: #445; }
-svg.chart rect.bar { fill: #4a72b8; } svg.chart rect.drop { fill: #c8553d; } svg.chart rect.kept { fill: #3f8f5a; }
+svg.chart rect.bar { fill: #4a72b8; } svg.chart rect.drop { fill: #c8553d; }
+svg.chart rect.kept { fill: #3f8f5a; }
 .sample { border: 1px solid #dde; border-radius: 6px; padding: .8em 1em; margin: 1em 0; }
 .sample h3 { margin: 0 0 .4em; font-size: 1em; }
 .segment { margin: .6em 0; padding-left: .8em; border-left: 3px solid #cdd6ea; }
@@ -81,10 +82,12 @@ def svg_histogram(dist: Mapping[str, Any] | None, label: str, digits: int = 0) -
         )
         parts.append(
             f'<rect class="bar" x="{left + k * bar_w + 1:.1f}" y="{top + plot_h - h:.1f}" '
-            f'width="{max(bar_w - 2, 1):.1f}" height="{h:.1f}"><title>{_esc(span)}: {count}</title></rect>'
+            f'width="{max(bar_w - 2, 1):.1f}" height="{h:.1f}">'
+            f"<title>{_esc(span)}: {count}</title></rect>"
         )
     parts.append(
-        f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#889"/>'
+        f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" '
+        'stroke="#889"/>'
     )
     parts.append(f'<text x="{left - 4}" y="{top + 8}" text-anchor="end">{peak}</text>')
     parts.append(f'<text x="{left - 4}" y="{top + plot_h}" text-anchor="end">0</text>')
@@ -128,7 +131,8 @@ def svg_bars(rows: Sequence[tuple[str, int, str]], total: int, title: str) -> st
         share = format_share(count / total) if total else "–"
         parts.append(f'<text x="{label_w - 8}" y="{y + 15}" text-anchor="end">{_esc(label)}</text>')
         parts.append(
-            f'<rect class="{css}" x="{label_w}" y="{y + 3}" width="{max(w, 1):.1f}" height="{row_h - 6}">'
+            f'<rect class="{css}" x="{label_w}" y="{y + 3}" width="{max(w, 1):.1f}" '
+            f'height="{row_h - 6}">'
             f"<title>{_esc(label)}: {count} ({share})</title></rect>"
         )
         parts.append(
@@ -165,28 +169,18 @@ def thumbnail(data: bytes) -> str | None:
     return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def make_decoder(manifest: Mapping[str, Any]) -> Callable[[list[int]], str] | None:
-    path = (manifest.get("tokenizer") or {}).get("path")
-    if not path or not os.path.isfile(path):
-        return None
-    import sentencepiece as spm
-
-    processor = spm.SentencePieceProcessor(model_file=path)
-    return lambda ids: processor.decode([int(i) for i in ids])
-
-
 def sample_html(
-    sample: Mapping[str, Any],
+    sample: reader.Sample,
     manifest: Mapping[str, Any],
     decode: Callable[[list[int]], str] | None,
 ) -> str:
-    """One packed sequence: per segment its text, with each image's thumbnail
-    where its slot run sits."""
-    ids, segments = np.asarray(sample["input_ids"]), np.asarray(sample["segment_ids"])
+    """One packed sequence (read with ``decode_images=False``): per segment its
+    text, with each image's thumbnail where its slot run sits."""
+    ids, segments = np.asarray(sample.input_ids), np.asarray(sample.segment_ids)
     image_token, bos, eos = manifest["image_token_id"], manifest["bos_id"], manifest["eos_id"]
-    documents = {d["segment"]: d for d in (sample.get("json") or {}).get("documents", [])}
-    images = list(sample.get("images", []))
-    out = [f'<div class="sample"><h3>{_esc(sample.get("__key__", ""))}</h3>']
+    documents = {d["segment"]: d for d in sample.documents}
+    images = sample.images
+    out = [f'<div class="sample"><h3>{_esc(sample.key)}</h3>']
     image_index = 0
     for segment in [int(s) for s in np.unique(segments) if s > 0]:
         doc = documents.get(segment, {})
@@ -200,7 +194,7 @@ def sample_html(
             f'<div class="segment"><div class="meta">{" · ".join(meta)}</div><div class="flow">'
         )
         run = ids[int(where[0]) : int(where[-1]) + 1]
-        for part in segment_parts(run, image_token, manifest["tokens_per_image"], bos, eos):
+        for part in reader.segment_parts(run, image_token, manifest["tokens_per_image"], bos, eos):
             if part[0] == "text":
                 out.append(
                     _esc(decode(part[1]))
@@ -219,9 +213,8 @@ def sample_html(
                     out.append(f'<span class="special">[image {image_index}: missing]</span>')
                 image_index += 1
             else:
-                out.append(
-                    f'<span class="special">{"&lt;s&gt;" if part[0] == "bos" else "&lt;/s&gt;"}</span> '
-                )
+                special = "&lt;s&gt;" if part[0] == "bos" else "&lt;/s&gt;"
+                out.append(f'<span class="special">{special}</span> ')
         out.append("</div></div>")
     padding = int((segments == 0).sum())
     if padding:
@@ -245,7 +238,7 @@ def _dist_cells(dist: Mapping[str, Any] | None, digits: int = 1) -> str:
 def render_report(
     stats: Mapping[str, Any],
     manifest: Mapping[str, Any],
-    samples: Iterable[Mapping[str, Any]] = (),
+    samples: Iterable[reader.Sample] = (),
     decode: Callable[[list[int]], str] | None = None,
 ) -> str:
     """The whole page as a string."""
@@ -262,7 +255,8 @@ def render_report(
     def row(label: str, value: str, ref_key: str | None = None) -> str:
         ref = ""
         if reference:
-            ref = f'<td class="num ref">{format_number(reference.get(ref_key)) if ref_key in reference else ""}</td>'
+            shown = format_number(reference.get(ref_key)) if ref_key in reference else ""
+            ref = f'<td class="num ref">{shown}</td>'
         return f'<tr><td>{_esc(label)}</td><td class="num">{value}</td>{ref}</tr>'
 
     ipd = stats["images_per_document"]
@@ -287,7 +281,8 @@ def render_report(
         row("non-padding fraction", format_share(packing["non_padding_fraction"])),
         row(
             "documents split across sequences",
-            f"{format_number(packing['split_documents'])} ({format_share(packing['split_fraction'])})",
+            f"{format_number(packing['split_documents'])} "
+            f"({format_share(packing['split_fraction'])})",
         ),
     ]
     dists = [
@@ -301,13 +296,20 @@ def render_report(
         for label, dist, digits in dists
     )
     charts = "".join(
-        f"<figure>{svg_histogram(dist, label, 0 if digits < 4 else 3)}<figcaption>{_esc(label)}</figcaption></figure>"
+        f"<figure>{svg_histogram(dist, label, 0 if digits < 4 else 3)}"
+        f"<figcaption>{_esc(label)}</figcaption></figure>"
         for label, dist, digits in dists
         if dist
     )
 
     fetch_rows = [("fetched", fetch["fetched"], "kept")]
     fetch_rows += [(f"failed: {f['reason']}", f["count"], "drop") for f in fetch["failures"]]
+    summary_rows = f'<tr><th></th><th class="num">this build</th>{ref_head}</tr>{"".join(headline)}'
+    fetch_chart = (
+        svg_bars(fetch_rows, fetch["attempted"], "image fetch outcomes")
+        if fetch["attempted"]
+        else ""
+    )
     funnel = stats.get("funnel")
     gallery = "".join(sample_html(s, manifest, decode) for s in samples)
     title = f"corpora report: {stats['corpus']}"
@@ -319,24 +321,28 @@ def render_report(
         )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
+<meta http-equiv="Content-Security-Policy"
+ content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <link rel="icon" href="data:,">
 <title>{_esc(title)}</title><style>{_CSS}</style></head>
 <body>
 <h1>{_esc(title)}</h1>
-<p class="sub">{_esc(manifest.get("shard_pattern") or "no shards")} · seq_len {_esc(stats["seq_len"])} ·
-{_esc(stats["tokens_per_image"])} tokens per image · image size {_esc(manifest.get("image_size"))} px ·
+<p class="sub">{_esc(manifest.get("shard_pattern") or "no shards")} ·
+seq_len {_esc(stats["seq_len"])} · {_esc(stats["tokens_per_image"])} tokens per image ·
+image size {_esc(manifest.get("image_size"))} px ·
 tokenizer {_esc(os.path.basename((manifest.get("tokenizer") or {}).get("path", "?")))} ·
 built {_esc(manifest.get("created", "?"))}</p>
 
 <h2>Summary</h2>
-<table id="summary"><tr><th></th><th class="num">this build</th>{ref_head}</tr>{"".join(headline)}</table>
+<table id="summary">{summary_rows}</table>
 {reference_note}
 
 <h2>Distributions</h2>
-<table id="distributions"><tr><th></th><th class="num">count</th><th class="num">mean</th><th class="num">median</th>
-<th class="num">p5</th><th class="num">p95</th><th class="num">max</th></tr>{dist_rows}</table>
+<table id="distributions"><tr><th></th><th class="num">count</th><th class="num">mean</th>
+<th class="num">median</th><th class="num">p5</th><th class="num">p95</th>
+<th class="num">max</th></tr>
+{dist_rows}</table>
 <div class="charts">{charts}</div>
 
 <h2>Record funnel</h2>
@@ -344,7 +350,7 @@ built {_esc(manifest.get("created", "?"))}</p>
 
 <h2>Image fetch</h2>
 <p>{format_share(fetch["success_rate"])} of {format_number(fetch["attempted"])} images fetched.</p>
-<figure id="fetch">{svg_bars(fetch_rows, fetch["attempted"], "image fetch outcomes") if fetch["attempted"] else ""}</figure>
+<figure id="fetch">{fetch_chart}</figure>
 
 <h2>Packed samples</h2>
 <p class="sub">Each image's thumbnail sits where its slot run is in the sequence.</p>
@@ -364,9 +370,11 @@ def write_report(
     import itertools
 
     stats = corpus_stats.stats_from_shards(path, progress)
-    manifest, shard_paths = corpus_stats.resolve(path)
-    gallery = list(itertools.islice(corpus_stats.iter_samples(shard_paths), samples))
-    page = render_report(stats, manifest, gallery, make_decoder(manifest))
+    build = reader.locate(path)
+    gallery = list(
+        itertools.islice(reader.iter_samples(build.shards, decode_images=False), samples)
+    )
+    page = render_report(stats, build.manifest, gallery, reader.text_decoder(build.manifest))
     if output is None:
         base = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
         output = os.path.join(base, REPORT)

@@ -21,17 +21,18 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-import os
-import re
-from typing import Any, Callable, Iterable, Iterator, Mapping
+import tarfile
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
+
+from corpora import reader
+from corpora.distributions import distribution
+from corpora.fetch.settings import is_fetch_reason
 
 STATS = "stats.json"
 STATS_VERSION = 1
 SCORE_SCALE = 10_000  # scores are counted in units of 1e-4
-HISTOGRAM_BINS = 20
-HISTOGRAM_MAX_UNIT_BINS = 40
 
 # VILA: On Pre-training for Visual Language Models (Lin et al., CVPR 2024),
 # Table 2, counted with the Llama-2 tokenizer.
@@ -40,35 +41,6 @@ VILA_TABLE2 = {
     "mmc4": {"text_tokens_per_image": 122.5, "images_per_document": 4.0},
 }
 VILA_SOURCE = "VILA (Lin et al., CVPR 2024), Table 2; Llama-2 tokenizer"
-
-# Reasons the image fetch stage gives (corpora.fetch); a drop with one of
-# these reasons is a record that lost its image.
-FETCH_REASONS = frozenset(
-    {
-        "bad_aspect",
-        "bad_redirect",
-        "bad_scheme",
-        "blocked_address",
-        "connection_error",
-        "decode_error",
-        "dns_error",
-        "empty_body",
-        "file_error",
-        "file_not_found",
-        "not_image",
-        "timeout",
-        "tls_error",
-        "too_large",
-        "too_many_pixels",
-        "too_many_redirects",
-        "too_small",
-    }
-)
-_HTTP_REASON = re.compile(r"^http_(\d{3}|\dxx)$")
-
-
-def is_fetch_reason(reason: str) -> bool:
-    return reason in FETCH_REASONS or bool(_HTTP_REASON.match(reason))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +63,7 @@ class TokenIds:
 
 
 @dataclasses.dataclass(frozen=True)
-class Piece:
+class SegmentValues:
     """One segment of a sequence: a document, or one piece of a split one."""
 
     id: str
@@ -111,7 +83,7 @@ class SequenceValues:
 
     tokens: int
     padding_tokens: int
-    pieces: tuple[Piece, ...]
+    pieces: tuple[SegmentValues, ...]
 
 
 def quantise(score: float) -> int:
@@ -128,11 +100,15 @@ def sequence_values(
     """Classify one sequence's tokens per segment.
 
     >>> ids = TokenIds(image_token_id=9, bos_id=1, eos_id=2, tokens_per_image=2)
-    >>> v = sequence_values(np.array([1, 9, 9, 5, 6, 2, 1, 7, 2, 0]), np.array([1, 1, 1, 1, 1, 1, 2, 2, 2, 0]),
-    ...     [{"id": "a", "segment": 1, "images": [{"scores": {"matched_sim": 0.31}}]}, {"id": "b", "segment": 2}],
-    ...     ids)
-    >>> v.padding_tokens, [(p.id, p.text_tokens, p.image_tokens, p.special_tokens, p.images) for p in v.pieces]
-    (1, [('a', 2, 2, 2, 1), ('b', 1, 0, 2, 0)])
+    >>> input_ids = np.array([1, 9, 9, 5, 6, 2, 1, 7, 2, 0])
+    >>> segment_ids = np.array([1, 1, 1, 1, 1, 1, 2, 2, 2, 0])
+    >>> documents = [{"id": "a", "segment": 1, "images": [{"scores": {"matched_sim": 0.31}}]},
+    ...              {"id": "b", "segment": 2}]
+    >>> v = sequence_values(input_ids, segment_ids, documents, ids)
+    >>> [(p.id, p.text_tokens, p.image_tokens, p.special_tokens, p.images) for p in v.pieces]
+    [('a', 2, 2, 2, 1), ('b', 1, 0, 2, 0)]
+    >>> v.padding_tokens
+    1
     """
     input_ids = np.asarray(input_ids)
     segment_ids = np.asarray(segment_ids)
@@ -157,7 +133,7 @@ def sequence_values(
                 for f in (entry.get("meta") or {}).get("image_failures", [])
             )
         pieces.append(
-            Piece(
+            SegmentValues(
                 id=str(entry["id"]),
                 piece=piece,
                 pieces=int(entry.get("pieces", 1)),
@@ -195,7 +171,7 @@ class StatsAccumulator:
         self.documents_per_sequence: collections.Counter = collections.Counter()
         self.scores: dict[str, collections.Counter] = {}
         self.image_failures: collections.Counter = collections.Counter()
-        # id -> [pieces, seen piece indices, text tokens, images] of split documents not yet complete
+        # split documents not yet complete: id -> [pieces, seen piece indices, text tokens, images]
         self.partial: dict[str, list] = {}
 
     def add(self, values: SequenceValues) -> "StatsAccumulator":
@@ -273,78 +249,6 @@ class StatsAccumulator:
         return incomplete
 
 
-def _value_at(counts: list[tuple[int, int]], rank: int) -> int:
-    """The ``rank``-th smallest value (1-based) of a sorted (value, count) list."""
-    seen = 0
-    for value, count in counts:
-        seen += count
-        if seen >= rank:
-            return value
-    raise IndexError(rank)
-
-
-def histogram_edges(low: int, high: int) -> list[int]:
-    """Integer bin edges for values in ``[low, high]``: one bin per value when
-    at most 40 values are possible, else 20 bins of equal integer width.
-
-    >>> histogram_edges(1, 4)
-    [1, 2, 3, 4, 5]
-    >>> histogram_edges(0, 99)
-    [0, 5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55, 60, 65, 70, 75, 80, 85, 90, 95, 100]
-    """
-    span = high - low + 1
-    if span <= HISTOGRAM_MAX_UNIT_BINS:
-        width, bins = 1, span
-    else:
-        width = -(-span // HISTOGRAM_BINS)
-        bins = -(-span // width)
-    return [low + k * width for k in range(bins + 1)]
-
-
-def distribution(counts: Mapping[int, int], scale: int = 1) -> dict[str, Any] | None:
-    """Exact summary of integer values given as ``{value: how many}``.
-
-    The median is the middle value (the mean of the two middle values for an
-    even count); p5 and p95 are nearest-rank percentiles (the smallest value
-    with at least 5 % / 95 % of the values at or below it). With ``scale``
-    the values are reported divided by it.
-
-    >>> distribution({1: 2, 3: 1, 10: 1})
-    ... # doctest: +NORMALIZE_WHITESPACE
-    {'count': 4, 'sum': 15, 'mean': 3.75, 'min': 1, 'max': 10, 'median': 2.0, 'p5': 1, 'p95': 10,
-     'histogram': {'edges': [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], 'counts': [2, 0, 1, 0, 0, 0, 0, 0, 0, 1]}}
-    """
-    items = sorted((int(v), int(c)) for v, c in counts.items() if c)
-    if not items:
-        return None
-    n = sum(c for _, c in items)
-    total = sum(v * c for v, c in items)
-    if n % 2:
-        median2 = 2 * _value_at(items, (n + 1) // 2)
-    else:
-        median2 = _value_at(items, n // 2) + _value_at(items, n // 2 + 1)
-    edges = histogram_edges(items[0][0], items[-1][0])
-    bins = [0] * (len(edges) - 1)
-    width = edges[1] - edges[0]
-    for value, count in items:
-        bins[(value - edges[0]) // width] += count
-
-    def out(value: int | float):
-        return value if scale == 1 else value / scale
-
-    return {
-        "count": n,
-        "sum": out(total),
-        "mean": total / n / scale,
-        "min": out(items[0][0]),
-        "max": out(items[-1][0]),
-        "median": median2 / 2 / scale,
-        "p5": out(_value_at(items, max(1, -(-5 * n // 100)))),
-        "p95": out(_value_at(items, max(1, -(-95 * n // 100)))),
-        "histogram": {"edges": [out(e) for e in edges], "counts": bins},
-    }
-
-
 def _ratio(numerator: int, denominator: int) -> float | None:
     return numerator / denominator if denominator else None
 
@@ -370,14 +274,35 @@ def funnel_section(funnel: Mapping[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
+def fetch_drops(manifest: Mapping[str, Any]) -> collections.Counter:
+    """Records the fetch stage dropped, by reason: pairs that lost their image.
+
+    The fetch stage's own count (the manifest's ``images.failed``) says which
+    drops were fetches: a filter before any download may give a drop the same
+    name (coyo's ``image_too_small`` on the size its parquet declares). A
+    document corpus drops no record for a failed image. Without that count (a
+    manifest that has none), every funnel drop with a fetch reason is one.
+    """
+    from corpora import catalog
+
+    dropped = (manifest.get("funnel") or {}).get("dropped", {})
+    if "images" not in manifest:
+        return collections.Counter(
+            {reason: int(n) for reason, n in dropped.items() if is_fetch_reason(reason)}
+        )
+    spec = catalog.CORPORA.get(manifest.get("corpus"))
+    if spec is not None and not spec.drop_on_image_failure:
+        return collections.Counter()
+    return collections.Counter(
+        {reason: int(n) for reason, n in manifest["images"].get("failed", {}).items()}
+    )
+
+
 def image_fetch_section(acc: StatsAccumulator, manifest: Mapping[str, Any]) -> dict[str, Any]:
     """Fetch outcomes per image: images in the shards succeeded; a failure is
     an image removed from its document (``meta.image_failures``) or a record
-    dropped with a fetch reason (one image each: a pair without its image)."""
-    failures = collections.Counter(acc.image_failures)
-    for reason, count in (manifest.get("funnel") or {}).get("dropped", {}).items():
-        if is_fetch_reason(reason):
-            failures[reason] += int(count)
+    the fetch stage dropped (:func:`fetch_drops`: one image each)."""
+    failures = collections.Counter(acc.image_failures) + fetch_drops(manifest)
     failed = sum(failures.values())
     attempted = acc.images + failed
     section = {
@@ -442,203 +367,28 @@ def finalize(
 # ── from finished shards ─────────────────────────────────────────────────────
 
 
-class StatsInputError(ValueError):
-    """The path given is not a build, a manifest or a shard."""
-
-
-def resolve(path: str) -> tuple[dict[str, Any], list[str]]:
-    """The manifest and shard paths of a build directory, a ``manifest.json``
-    or one shard (whose build's manifest sits beside it)."""
-    from corpora.manifest import MANIFEST
-
-    if os.path.isdir(path):
-        manifest_path, shard_paths = os.path.join(path, MANIFEST), None
-    elif os.path.isfile(path) and path.endswith(".tar"):
-        manifest_path, shard_paths = (
-            os.path.join(os.path.dirname(os.path.abspath(path)), MANIFEST),
-            [path],
-        )
-    elif os.path.isfile(path):
-        manifest_path, shard_paths = path, None
-    else:
-        raise StatsInputError(f"not found: {path}")
-    if not os.path.isfile(manifest_path):
-        raise StatsInputError(f"no {MANIFEST} in {os.path.dirname(manifest_path) or '.'}")
-    try:
-        with open(manifest_path, encoding="utf-8") as handle:
-            manifest = json.load(handle)
-        if not isinstance(manifest, dict):
-            raise ValueError("not a JSON object")
-        TokenIds.from_manifest(manifest)
-        listed = [s["path"] for s in manifest["shards"]]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise StatsInputError(f"not a corpora manifest: {manifest_path} ({exc})") from None
-    if shard_paths is None:
-        base = os.path.dirname(os.path.abspath(manifest_path))
-        shard_paths = [os.path.join(base, name) for name in listed]
-    for shard in shard_paths:
-        if not os.path.isfile(shard):
-            raise StatsInputError(f"shard listed in the manifest is missing: {shard}")
-    return manifest, shard_paths
-
-
-def iter_samples(shard_paths: Iterable[str]) -> Iterator[dict[str, Any]]:
-    # corpora.reader (the shard reader API) replaces this once merged.
-    from corpora.shards import iter_tar_samples
-
-    for shard in shard_paths:
-        with open(shard, "rb") as stream:
-            yield from iter_tar_samples(stream)
-
-
 def stats_from_shards(
     path: str, progress: Callable[[int, int, str], None] | None = None
 ) -> dict[str, Any]:
-    """Recompute a build's statistics from its finished shards."""
-    import tarfile
-
-    manifest, shard_paths = resolve(path)
-    listed = [s["path"] for s in manifest["shards"]]
-    whole_build = [os.path.basename(p) for p in shard_paths] == listed
-    ids = TokenIds.from_manifest(manifest)
+    """Recompute a build's statistics from its finished shards: ``path`` is a
+    build directory, its ``manifest.json`` or one shard (see
+    :func:`corpora.reader.locate`, whose :class:`~corpora.reader.BuildInputError`
+    this raises, also for a shard that cannot be read)."""
+    build = reader.locate(path)
+    ids = TokenIds.from_manifest(build.manifest)
     acc = StatsAccumulator()
-    for number, shard in enumerate(shard_paths, 1):
+    for number, shard in enumerate(build.shards, 1):
         if progress is not None:
-            progress(number, len(shard_paths), shard)
+            progress(number, len(build.shards), shard)
         try:
-            for sample in iter_samples([shard]):
+            for sample in reader.iter_samples([shard], decode_images=False):
                 acc.add(
-                    sequence_values(
-                        sample["input_ids"],
-                        sample["segment_ids"],
-                        sample.get("json", {}).get("documents", []),
-                        ids,
-                    )
+                    sequence_values(sample.input_ids, sample.segment_ids, sample.documents, ids)
                 )
         except (tarfile.TarError, KeyError, ValueError, OSError) as exc:
-            raise StatsInputError(f"unreadable shard {shard}: {exc}") from None
-    return finalize(acc, manifest, whole_build)
+            raise reader.BuildInputError(f"unreadable shard {shard}: {exc}") from None
+    return finalize(acc, build.manifest, build.whole)
 
 
 def stats_json(stats: Mapping[str, Any]) -> str:
     return json.dumps(stats, indent=2, sort_keys=True) + "\n"
-
-
-# ── the terminal table ───────────────────────────────────────────────────────
-
-
-def format_number(value: Any, digits: int = 1) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    return f"{value:,}"
-
-
-def format_share(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.1f}%"
-
-
-def format_table(stats: Mapping[str, Any]) -> str:
-    """A compact plain-text view of ``stats`` (``corpora stats``)."""
-    totals, packing = stats["totals"], stats["packing"]
-    reference = (stats.get("reference") or {}).get("values", {})
-    rows: list[tuple[str, str, str]] = [
-        ("documents", format_number(totals["documents"]), ""),
-        ("images", format_number(totals["images"]), ""),
-        ("text tokens", format_number(totals["text_tokens"]), ""),
-        ("image-slot tokens", format_number(totals["image_tokens"]), ""),
-        ("BOS/EOS tokens", format_number(totals["special_tokens"]), ""),
-        ("padding tokens", format_number(totals["padding_tokens"]), ""),
-        (
-            "text tokens per image",
-            format_number(stats["text_tokens_per_image"]),
-            format_number(reference["text_tokens_per_image"])
-            if "text_tokens_per_image" in reference
-            else "",
-        ),
-    ]
-
-    def dist_row(
-        label: str, dist: Mapping[str, Any] | None, ref: Any = None, digits: int = 1
-    ) -> None:
-        if dist is None:
-            rows.append((label, "–", format_number(ref) if ref is not None else ""))
-            return
-        rows.append(
-            (
-                label,
-                f"mean {format_number(dist['mean'], digits)}  median {format_number(dist['median'], digits)}  "
-                f"p5 {format_number(dist['p5'], digits)}  p95 {format_number(dist['p95'], digits)}",
-                format_number(ref) if ref is not None else "",
-            )
-        )
-
-    dist_row(
-        "images per document", stats["images_per_document"], reference.get("images_per_document")
-    )
-    dist_row("text tokens per document", stats["text_tokens_per_document"])
-    rows.append(("sequences", format_number(packing["sequences"]), ""))
-    dist_row("documents per sequence", packing["documents_per_sequence"])
-    rows.append(("non-padding fraction", format_share(packing["non_padding_fraction"]), ""))
-    rows.append(
-        (
-            "documents split",
-            f"{format_number(packing['split_documents'])} ({format_share(packing['split_fraction'])})",
-            "",
-        )
-    )
-    for name, dist in stats["scores"].items():
-        dist_row(f"score {name}", dist, digits=3)
-    fetch = stats.get("image_fetch")
-    if fetch:
-        rows.append(
-            (
-                "image fetch success",
-                f"{format_share(fetch['success_rate'])} of {format_number(fetch['attempted'])}",
-                "",
-            )
-        )
-        for failure in fetch["failures"]:
-            rows.append(
-                (
-                    f"  failed {failure['reason']}",
-                    f"{format_number(failure['count'])} ({format_share(failure['share'])})",
-                    "",
-                )
-            )
-    funnel = stats.get("funnel")
-    if funnel:
-        rows.append((f"funnel input ({funnel['unit']}s)", format_number(funnel["input"]), ""))
-        for drop in funnel["dropped"]:
-            rows.append(
-                (
-                    f"  dropped {drop['reason']}",
-                    f"{format_number(drop['count'])} ({format_share(drop['share'])})",
-                    "",
-                )
-            )
-        rows.append(
-            (
-                "  kept",
-                f"{format_number(funnel['kept'])} ({format_share(funnel['kept_share'])})",
-                "",
-            )
-        )
-    width = max(len(r[0]) for r in rows)
-    value_width = max(len(r[1]) for r in rows)
-    scope = (
-        ""
-        if stats.get("scope", "build") == "build"
-        else " (some shards only: no funnel, no fetch outcomes)"
-    )
-    lines = [
-        f"{stats['corpus']}: seq_len {stats['seq_len']}, {stats['tokens_per_image']} tokens per image{scope}"
-    ]
-    if reference:
-        lines.append(f"{'':<{width}}  {'':<{value_width}}  VILA")
-    for label, value, ref in rows:
-        lines.append(f"{label:<{width}}  {value:<{value_width}}  {ref}".rstrip())
-    if reference:
-        lines.append(f"VILA: {stats['reference']['source']}")
-    return "\n".join(lines)

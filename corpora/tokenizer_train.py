@@ -84,7 +84,7 @@ def texts_of_line(raw: bytes) -> list[str]:
 
 def iter_corpus_text(stream, path: str) -> Iterator[str]:
     """The training texts of one (possibly compressed) corpus file."""
-    from corpora.io import iter_lines
+    from corpora.inputs import iter_lines
 
     for _, raw in iter_lines(stream, path):
         yield from texts_of_line(raw)

@@ -18,10 +18,11 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from corpora import catalog
-from corpora.accounting import FAILURES, failure_schema, first_failure
-from corpora.manifest import MANIFEST, build_manifest
+from corpora.fetch.accounting import FAILURES, first_failure
+from corpora.fetch.accounting import write_failures as write_failures_file
 from corpora.settings import BuildSettings
-from corpora.tokenize import Tokenizer
+from corpora.shards.manifest import MANIFEST, build_manifest
+from corpora.tokenizer import Tokenizer
 from pipelines import storage
 from pipelines import transforms as t
 from pipelines.stats import WriteStats, token_ids
@@ -37,19 +38,23 @@ def _drop_counts(drops: beam.PCollection) -> beam.PCollection:
 
 def write_failures(failures: beam.PCollection, settings: BuildSettings) -> beam.PCollection:
     """``failures.parquet`` beside the shards: one row per failed URL (written even when empty)."""
-    return (
+    rows = (
         failures
         | "FailureByUrl" >> beam.Map(lambda row: (row["url"], row))
         | "OneRowPerUrl" >> beam.CombinePerKey(first_failure)
         | "FailureRows" >> beam.Values()
-        | "WriteFailures"
-        >> beam.io.WriteToParquet(
-            FileSystems.join(settings.output, FAILURES),
-            failure_schema(),
-            num_shards=1,
-            shard_name_template="",
-        )
     )
+    return (
+        failures.pipeline
+        | "FailuresFile" >> beam.Create([FileSystems.join(settings.output, FAILURES)])
+        | "WriteFailures" >> beam.Map(_write_failures, rows=beam.pvalue.AsIter(rows))
+    )
+
+
+def _write_failures(path: str, rows) -> str:
+    with storage.create_atomically(path) as stream:
+        write_failures_file(stream, rows)
+    return path
 
 
 def write_manifest(
@@ -61,6 +66,7 @@ def write_manifest(
     kept: int,
     dropped: list[tuple[str, int]],
     images: list[tuple[str, int]] = (),
+    images_removed: list[tuple[str, int]] = (),
     failure_files: list[str] = (),
     clip: dict[str, Any] | None = None,
     selection: dict[str, Any] | None = None,
@@ -73,6 +79,7 @@ def write_manifest(
         kept,
         dict(dropped),
         images=dict(images),
+        images_removed=dict(images_removed),
         clip=clip,
     )
     if selection is not None:
@@ -126,7 +133,7 @@ def build_pipeline(
         settings.corpus_options.get("top_fraction") is not None
     ):  # coyo: global, by the precomputed CLIP sum
         from corpora.filters import coyo_clip_sum
-        from pipelines.select import TopFraction
+        from pipelines.selection import TopFraction
 
         selected = docs | "TopFraction" >> TopFraction(
             coyo_clip_sum, settings.corpus_options["top_fraction"]
@@ -162,7 +169,11 @@ def build_pipeline(
         docs, drops = laid_out.docs, drops + [laid_out.dropped]
     image_counts = fetched[t.IMAGES] | "SumImages" >> beam.CombinePerKey(sum)
     failure_files = write_failures(fetched[t.FAILURES], settings)
-    tokenized = docs | "Tokenize" >> beam.ParDo(t.Tokenize(tokenizer))
+    counted = docs | "CountRemovedImages" >> beam.ParDo(t.CountRemovedImages()).with_outputs(
+        t.IMAGES_REMOVED, main="docs"
+    )
+    removed_counts = counted[t.IMAGES_REMOVED] | "SumRemoved" >> beam.CombinePerKey(sum)
+    tokenized = counted.docs | "Tokenize" >> beam.ParDo(t.Tokenize(tokenizer))
     packed = tokenized | "PackSequences" >> t.PackSequences(
         settings, tokenizer.info.pad_id, token_ids(tokenizer.info)
     )
@@ -183,6 +194,7 @@ def build_pipeline(
             kept=beam.pvalue.AsSingleton(packed["kept"] | "SumKept" >> beam.CombineGlobally(sum)),
             dropped=beam.pvalue.AsList(_drop_counts(drops)),
             images=beam.pvalue.AsList(image_counts),
+            images_removed=beam.pvalue.AsList(removed_counts),
             failure_files=beam.pvalue.AsList(failure_files),
             clip=clip_summary,
             selection=selection,

@@ -23,9 +23,10 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import ModelHandler, RunInference
 
-from corpora import clip, select
+from corpora import clip, selection
 from corpora.record import Document, Drop, stable_hash
-from pipelines.select import AtLeast, HistogramFn, TopFraction
+from pipelines import storage
+from pipelines.selection import AtLeast, HistogramFn, TopFraction
 from pipelines.transforms import DROPPED, NAMESPACE, _route
 
 EMBEDDINGS = "embeddings"
@@ -110,11 +111,8 @@ class _WriteEmbeddingFile(beam.DoFn):
     def process(self, element):
         index, rows = element
         name = clip.embeddings_file_name(index)
-        final = FileSystems.join(self._output, name)
-        temporary = f"{final}.tmp"
-        with FileSystems.create(temporary) as stream:
+        with storage.create_atomically(FileSystems.join(self._output, name)) as stream:
             info = clip.write_embeddings(stream, list(rows), self._model_id)
-        FileSystems.rename([temporary], [final])
         yield {"path": name, **info}
 
 
@@ -163,7 +161,7 @@ class ClipStage(beam.PTransform):
         self,
         settings: clip.ClipSettings,
         output: str,
-        resolution: float = select.RESOLUTION,
+        resolution: float = selection.RESOLUTION,
         rows_per_file: int = clip.EMBEDDINGS_ROWS_PER_FILE,
     ):
         super().__init__()
@@ -184,21 +182,21 @@ class ClipStage(beam.PTransform):
         )
         counts = (
             scored.docs
-            | "ScoreBucket" >> beam.Map(lambda doc: select.bucket(clip_score(doc), resolution))
+            | "ScoreBucket" >> beam.Map(lambda doc: selection.bucket(clip_score(doc), resolution))
             | "ScoreHistogram" >> beam.CombineGlobally(HistogramFn())
         )
         kept, drops = scored.docs, [scored[DROPPED]]
         if settings.min_sim is not None:
             kept, below = kept | "MinClipSim" >> AtLeast(
-                clip_score, settings.min_sim, "clip_sim_below_min"
+                clip_score, settings.min_sim, "clip_similarity_below_min"
             )
             drops.append(below)
-        selection = docs.pipeline | "NoSelection" >> beam.Create([])
+        top_fraction = docs.pipeline | "NoSelection" >> beam.Create([])
         if settings.top_fraction is not None:
             selected = kept | "ClipTopFraction" >> TopFraction(
                 clip_score, settings.top_fraction, "clip_below_top_fraction", resolution
             )
-            kept, selection = selected.kept, selected.summary
+            kept, top_fraction = selected.kept, selected.summary
             drops.append(selected.dropped)
         files = docs.pipeline | "NoEmbeddings" >> beam.Create([])
         if settings.save_embeddings:
@@ -210,11 +208,11 @@ class ClipStage(beam.PTransform):
             | "ClipSummaryStart" >> beam.Create([None])
             | "ClipSummary"
             >> beam.Map(
-                lambda _, counts, selection, files: clip.clip_summary(
-                    settings, counts, selection[0] if selection else None, files, resolution
+                lambda _, counts, top, files: clip.clip_summary(
+                    settings, counts, top[0] if top else None, files, resolution
                 ),
                 beam.pvalue.AsSingleton(counts),
-                beam.pvalue.AsList(selection),
+                beam.pvalue.AsList(top_fraction),
                 beam.pvalue.AsList(files),
             )
         )
@@ -230,7 +228,7 @@ class DocumentClipStage(beam.PTransform):
     without images. The manifest's ``clip`` entry counts images.
     """
 
-    def __init__(self, settings: clip.ClipSettings, resolution: float = select.RESOLUTION):
+    def __init__(self, settings: clip.ClipSettings, resolution: float = selection.RESOLUTION):
         super().__init__()
         if settings.top_fraction is not None or settings.save_embeddings:
             raise ValueError("documents take neither a CLIP top fraction nor saved embeddings")
@@ -247,7 +245,9 @@ class DocumentClipStage(beam.PTransform):
         counts = (
             scored.docs
             | "ScoreBuckets"
-            >> beam.FlatMap(lambda doc: [select.bucket(s, resolution) for s in image_scores(doc)])
+            >> beam.FlatMap(
+                lambda doc: [selection.bucket(s, resolution) for s in image_scores(doc)]
+            )
             | "ScoreHistogram" >> beam.CombineGlobally(HistogramFn())
         )
         kept = scored.docs

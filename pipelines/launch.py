@@ -15,10 +15,10 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import TestOptions
 
-from corpora import resume as core_resume
-from corpora.manifest import MANIFEST
 from corpora.settings import BuildSettings
-from corpora.tokenize import Tokenizer
+from corpora.shards import resume as core_resume
+from corpora.shards.manifest import MANIFEST
+from corpora.tokenizer import Tokenizer
 from pipelines import resume, storage
 from pipelines.build import build_pipeline
 from pipelines.runners import RunnerError, RunnerSettings, make_runner, pipeline_options
@@ -61,9 +61,10 @@ def counters_of(result: Any) -> dict[str, int]:
     return counters
 
 
-class Progress:
+class BuildProgress:
     """Every ``every`` seconds, a line with the elapsed time and the shards
-    written so far (a local build's only visible progress before it ends)."""
+    written so far (a local build's only visible progress before it ends).
+    The clock is injectable, so a test needs no sleeps."""
 
     def __init__(
         self,
@@ -71,14 +72,16 @@ class Progress:
         every: float,
         stream: TextIO = sys.stderr,
         count: Callable[[], int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self._output = output
         self._every = every
         self._stream = stream
         self._count = count or self._count_markers
+        self._clock = clock
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="corpora-progress")
-        self._start = time.monotonic()
+        self._start = clock()
 
     def _count_markers(self) -> int:
         pattern = FileSystems.join(self._output, core_resume.SHARD_MARKERS, "*.json")
@@ -87,15 +90,23 @@ class Progress:
         except Exception:
             return 0
 
+    def tick(self) -> None:
+        """Write one progress line."""
+        elapsed = int(self._clock() - self._start)
+        self._stream.write(
+            f"  … {elapsed // 60}m{elapsed % 60:02d}s, {self._count()} shard(s) complete\n"
+        )
+        self._stream.flush()
+
     def _loop(self) -> None:
         while not self._stop.wait(self._every):
-            elapsed = int(time.monotonic() - self._start)
-            self._stream.write(
-                f"  … {elapsed // 60}m{elapsed % 60:02d}s, {self._count()} shard(s) complete\n"
-            )
-            self._stream.flush()
+            self.tick()
 
-    def __enter__(self) -> "Progress":
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def __enter__(self) -> "BuildProgress":
         if self._every > 0:
             self._thread.start()
         return self
@@ -132,7 +143,7 @@ def execute(
         found = resume.prepare_output(settings, tokenizer.info, overwrite=overwrite)
     build_pipeline(pipeline, settings, tokenizer)
     start = time.monotonic()
-    with Progress(settings.output, progress_every if runner.local else 0):
+    with BuildProgress(settings.output, progress_every if runner.local else 0):
         result = pipeline.run()
         result.wait_until_finish()
     seconds = time.monotonic() - start

@@ -1,4 +1,4 @@
-"""The output directory of a resumable build (see ``corpora/resume.py``):
+"""The output directory of a resumable build (see ``corpora/shards/resume.py``):
 its recorded settings, the per-shard markers, and clean-up. Runs through
 Beam's FileSystems, so it works the same on local disk, gs:// and s3://.
 """
@@ -10,11 +10,12 @@ from typing import Any, Iterable
 
 from apache_beam.io.filesystems import FileSystems
 
-from corpora import resume, shards
-from corpora.manifest import MANIFEST
+from corpora import shards
 from corpora.pack import PackedSequence
 from corpora.settings import BuildSettings
-from corpora.tokenize import TokenizerInfo
+from corpora.shards import resume
+from corpora.shards.manifest import MANIFEST
+from corpora.tokenizer import TokenizerInfo
 from pipelines import storage
 
 
@@ -25,7 +26,7 @@ def prepare_output(
 
     A new output gets the build's fingerprint. An output of the same build is
     resumed: its complete shards stay. An output of another build is refused
-    with :class:`corpora.resume.SettingsChanged`, or, with ``overwrite``,
+    with :class:`corpora.shards.resume.SettingsChanged`, or, with ``overwrite``,
     emptied of that build's files first. Returns what it found.
     """
     output = settings.output
@@ -37,7 +38,8 @@ def prepare_output(
     existing = _build_files(output, settings.corpus)
     if previous is None and existing and not overwrite:
         raise resume.SettingsChanged(
-            f"{output} already holds {len(existing)} build file(s) but no record of their settings; "
+            f"{output} already holds {len(existing)} build file(s) "
+            "but no record of their settings; "
             "re-run with --overwrite to replace them, or choose another --output"
         )
     if overwrite:
@@ -70,9 +72,13 @@ def _build_files(output: str, corpus: str) -> list[str]:
 
 
 def remove_temporaries(output: str, corpus: str) -> int:
-    """Delete the half-written files of interrupted attempts (``*.tmp-*``)."""
-    paths = _matching(FileSystems.join(output, f"{corpus}-*.tar.tmp-*"))
-    paths += _matching(FileSystems.join(output, f"{MANIFEST}.tmp-*"))
+    """Delete the half-written files of interrupted attempts: every temporary
+    name :func:`pipelines.storage.create_atomically` gives (``*.tmp-*``), in
+    the output and in its state folder."""
+    temporaries = f"*{storage.TEMPORARY}*"
+    paths = _matching(FileSystems.join(output, temporaries))
+    paths += _matching(FileSystems.join(output, resume.STATE_DIR, temporaries))
+    paths += _matching(FileSystems.join(output, resume.SHARD_MARKERS, temporaries))
     if paths:
         FileSystems.delete(paths)
     return len(paths)

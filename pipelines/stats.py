@@ -16,7 +16,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from corpora import stats
-from corpora.tokenize import TokenizerInfo
+from corpora.tokenizer import TokenizerInfo
+from pipelines import storage
 from pipelines.transforms import NAMESPACE
 
 
@@ -66,13 +67,11 @@ class CombineStats(beam.CombineFn):
 def write_stats(
     manifest: dict[str, Any], accumulator: stats.StatsAccumulator, output: str
 ) -> dict[str, Any]:
-    """Write ``stats.json`` beside the manifest (via a temporary name)."""
+    """Write ``stats.json`` beside the manifest, whole or not at all."""
     document = stats.finalize(accumulator, manifest)
-    final = FileSystems.join(output, stats.STATS)
-    temporary = final + ".tmp"
-    with FileSystems.create(temporary) as stream:
-        stream.write(stats.stats_json(document).encode("utf-8"))
-    FileSystems.rename([temporary], [final])
+    storage.write_atomically(
+        FileSystems.join(output, stats.STATS), stats.stats_json(document).encode("utf-8")
+    )
     return document
 
 

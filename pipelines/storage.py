@@ -5,13 +5,18 @@ know) through fsspec, for inputs only.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import shutil
+import tempfile
 import uuid
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Iterable, Iterator
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+
+from corpora.fetch.accounting import failure_urls
 
 FSSPEC_SCHEMES = ("hf",)
 
@@ -81,17 +86,58 @@ def read_json(path: str) -> Any:
         return json.loads(stream.read())
 
 
+# Object stores make an object visible only once its upload completes, and a
+# rename there is a copy and a delete.
+OBJECT_STORES = ("gs", "s3")
+TEMPORARY = ".tmp-"  # what every temporary name holds: {path}.tmp-{random}
+
+
+@contextlib.contextmanager
+def create_atomically(path: str) -> Iterator[BinaryIO]:
+    """A stream for ``path`` whose bytes appear there only when the block
+    completes: readers see the old file or the whole new one, never a part.
+
+    Every build writer goes through here (shards, markers, the manifest,
+    ``stats.json``, embeddings, ``failures.parquet``). On a file system the
+    bytes go to a unique temporary name beside ``path`` that is renamed into
+    place (and removed if the block fails); on an object store they are
+    gathered first (spilling to local disk) and uploaded as one whole object.
+    """
+    if scheme(path) in OBJECT_STORES:
+        with tempfile.SpooledTemporaryFile(max_size=64 << 20) as gathered:
+            yield gathered  # type: ignore[misc]
+            gathered.seek(0)
+            with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as out:
+                shutil.copyfileobj(gathered, out, 1 << 20)
+        return
+    temporary = f"{path}{TEMPORARY}{uuid.uuid4().hex}"
+    try:
+        with FileSystems.create(
+            temporary, compression_type=CompressionTypes.UNCOMPRESSED
+        ) as stream:
+            yield stream
+    except BaseException:
+        if FileSystems.exists(temporary):
+            FileSystems.delete([temporary])
+        raise
+    FileSystems.rename([temporary], [path])  # replaces the old file, if any
+
+
 def write_atomically(path: str, data: bytes) -> None:
-    """Write ``data`` to a temporary name beside ``path``, then rename it into
-    place: readers see the old file or the whole new one, never a part."""
-    temporary = f"{path}.tmp-{uuid.uuid4().hex}"
-    with FileSystems.create(temporary, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+    """``data`` at ``path``, whole or not at all (:func:`create_atomically`)."""
+    with create_atomically(path) as stream:
         stream.write(data)
-    FileSystems.rename([temporary], [path])  # replaces: os.rename locally, copy-over on buckets
 
 
 def write_json(path: str, value: Any) -> None:
     write_atomically(path, json.dumps(value, indent=2, sort_keys=True).encode("utf-8") + b"\n")
+
+
+def read_failure_urls(path: str, reasons: Iterable[str] = ()) -> frozenset[str]:
+    """The URLs of the ``failures.parquet`` at ``path`` (local or any Beam
+    filesystem), optionally only those that failed for one of ``reasons``."""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+        return failure_urls(stream, reasons)
 
 
 def delete_matching(pattern: str) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
-import uuid
 from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
@@ -17,13 +16,13 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from corpora import fetch, pack, shards, stats
-from corpora.accounting import read_failure_urls
 from corpora.catalog import CorpusSpec
-from corpora.progress import Progress
+from corpora.fetch.progress import FetchProgress
 from corpora.record import Document, Drop, stable_hash
 from corpora.settings import BuildSettings
-from corpora.tokenize import TokenizedDocument, Tokenizer, tokenize_document
-from pipelines import resume
+from corpora.tokenizer import TokenizedDocument, Tokenizer, tokenize_document
+from pipelines import resume, storage
+from pipelines.storage import read_failure_urls
 
 DROPPED = "dropped"
 INPUT = "input"
@@ -31,6 +30,7 @@ KEPT = "kept"
 COUNTS = "counts"
 SEQUENCE_STATS = "sequence_stats"
 IMAGES = "images"
+IMAGES_REMOVED = "images_removed"
 FAILURES = "failures"
 NAMESPACE = "corpora"
 
@@ -77,12 +77,12 @@ class FetchImages(beam.DoFn):
         self._settings = settings
         self._fetcher: fetch.Fetcher | None = None
         self._retry: frozenset[str] | None = None
-        self._progress: Progress | None = None
+        self._progress: FetchProgress | None = None
         self._reported = 0
 
     def setup(self) -> None:
         self._fetcher = fetch.Fetcher(self._settings)
-        self._progress = Progress(self._settings.progress_interval)
+        self._progress = FetchProgress(self._settings.progress_interval)
         if self._settings.retry_failures:
             self._retry = read_failure_urls(
                 self._settings.retry_failures, self._settings.retry_reasons
@@ -136,6 +136,19 @@ class FetchImages(beam.DoFn):
             yield _route(
                 fetch.attach_images(doc, results, self._spec.drop_on_image_failure), "fetch"
             )
+
+
+class CountRemovedImages(beam.DoFn):
+    """Count, by reason, the images that kept documents lost to a filter
+    (``--min-sim``, ``--max-images``, CLIP): ``images_removed.<reason>``
+    counters, and ``(reason, n)`` on ``images_removed`` for the manifest.
+    Documents pass unchanged."""
+
+    def process(self, doc: Document) -> Iterator:
+        for reason, count in sorted((doc.meta.get("images_removed") or {}).items()):
+            Metrics.counter(NAMESPACE, f"images_removed.{reason}").inc(count)
+            yield beam.pvalue.TaggedOutput(IMAGES_REMOVED, (reason, count))
+        yield doc
 
 
 class Tokenize(beam.DoFn):
@@ -217,8 +230,8 @@ class CutPieces(beam.DoFn):
 
 
 class WriteShard(beam.DoFn):
-    """Assemble one shard's sequences from their pieces and write it under a
-    temporary name, then rename it into place and mark it complete; a shard
+    """Assemble one shard's sequences from their pieces, write it whole
+    (:func:`pipelines.storage.create_atomically`) and mark it complete; a shard
     that a previous attempt completed with exactly these bytes is left as it is.
 
     With ``stat_ids``, each sequence's statistics values
@@ -250,11 +263,8 @@ class WriteShard(beam.DoFn):
         if info is not None:  # a previous attempt wrote exactly this shard: leave it
             Metrics.counter(NAMESPACE, "shards.resumed").inc()
         else:
-            final = FileSystems.join(settings.output, name)
-            temporary = f"{final}.tmp-{uuid.uuid4().hex}"
-            with FileSystems.create(temporary) as stream:
+            with storage.create_atomically(FileSystems.join(settings.output, name)) as stream:
                 info = shards.write_shard(stream, samples)
-            FileSystems.rename([temporary], [final])
             resume.write_marker(settings.output, name, info)
             Metrics.counter(NAMESPACE, "shards").inc()
             Metrics.counter(NAMESPACE, "bytes").inc(info["bytes"])

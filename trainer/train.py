@@ -360,7 +360,7 @@ def build_model(config: PrefixLMConfig | VilaConfig, spec) -> nn.Module:
 def run(
     model_config: PrefixLMConfig | VilaConfig,
     config: TrainConfig,
-    make_loader: LoaderFactory,
+    data,
     *,
     stream: TextIO | None = None,
     clock: Callable[[], float] = time.monotonic,
@@ -368,10 +368,13 @@ def run(
 ) -> Result:
     """Start the runtime, the data and the model, then :func:`fit`.
 
-    ``make_loader(objective=, batch_size=, seed=, image_size=, image_mean=, image_std=, rank=,
-    world_size=)`` returns the data stream (``trainer.loader.Loader``'s interface). A
-    ``runtime`` given is the caller's to close (its process group outlives the run).
+    ``data`` is a ``trainer.loader.DataConfig`` (its objective, batch size, seed and image
+    settings are set here from the model and ``config``), or any ``make_loader(objective=,
+    batch_size=, seed=, image_size=, image_mean=, image_std=, rank=, world_size=)`` that
+    returns a stream with ``Loader``'s interface. A ``runtime`` given is the caller's to
+    close (its process group outlives the run).
     """
+    make_loader = data if callable(data) else data_loaders(data)
     owned = runtime is None
     runtime = runtime or start(config.device, config.precision)
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import BinaryIO, Iterator
 
-from corpora.io import basename, iter_lines, json_object
+from corpora.inputs import basename, iter_lines, json_object
 from corpora.record import Document, Drop, TextChunk, stable_id
 
 FILE_PATTERN = "c4-*.json.gz"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any, BinaryIO, Iterable, Iterator
 
-from corpora.io import InputError, _seekable, basename
+from corpora.inputs import InputError, _seekable, basename
 from corpora.record import Document, Drop, ImageChunk, TextChunk
 
 FILE_PATTERN = "*.parquet"

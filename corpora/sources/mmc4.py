@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from corpora.io import basename, json_object
+from corpora.inputs import basename, json_object
 from corpora.record import Drop, stable_id
 
 

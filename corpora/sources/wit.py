@@ -18,7 +18,7 @@ import csv
 import io
 from typing import BinaryIO, Iterator, Mapping, Sequence
 
-from corpora.io import InputError, basename, decompressed
+from corpora.inputs import InputError, basename, decompressed
 from corpora.record import Document, Drop, ImageChunk, TextChunk, stable_id
 
 FILE_PATTERN = "wit_v1.*.tsv.gz"

@@ -4,6 +4,7 @@ loopback HTTP server. Shards are read back with plain tarfile + numpy."""
 
 from __future__ import annotations
 
+import collections
 import glob
 import os
 
@@ -66,6 +67,12 @@ def check_shards(manifest: dict, output: str) -> list[dict]:
     assert manifest["totals"]["images"] == images
     funnel = manifest["funnel"]
     assert funnel["input"] == funnel["kept"] + sum(funnel["dropped"].values())
+    removed = collections.Counter()  # what kept documents lost to a filter, by reason
+    for sample in found:
+        for entry in sample["json"]["documents"]:
+            if entry.get("piece", 0) == 0:
+                removed.update((entry.get("meta") or {}).get("images_removed") or {})
+    assert manifest["images_removed"] == dict(removed)
     return found
 
 
@@ -158,7 +165,9 @@ def test_mmc4_reordered_puts_all_images_first(mmc4_input, tmp_path, tokenizer_pa
             assert slots.tolist() == list(range(1, 1 + len(slots)))
     # --min-sim 0.24 removed the 0.21 image before download; the 404 left at fetch.
     ids, entry = document_tokens(found, url="https://example.org/three")
-    assert len(entry["images"]) == 1 and entry["meta"]["images_removed"] == {"below_min_sim": 1}
+    assert len(entry["images"]) == 1 and entry["meta"]["images_removed"] == {
+        "clip_similarity_below_min": 1
+    }
 
 
 def test_coyo_filters_before_download_and_builds_image_alt_text_pairs(

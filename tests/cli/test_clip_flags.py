@@ -11,7 +11,7 @@ import pytest
 
 from corpora import catalog, fetch
 from corpora import settings as build_settings
-from corpora.sample import materialize_sample
+from corpora.bundled_sample import materialize_sample
 from tests.clip_model import TINY_NAME, direct_scores, tiny_clip  # noqa: F401
 from tests.helpers import load_manifest, read_tar, run_cli
 
@@ -22,14 +22,19 @@ def sample_pairs_fetched(directory: str) -> dict[str, tuple[bytes, str]]:
     """id → (image bytes after fetch with the smoke settings, text) for the bundled sample."""
     path = materialize_sample(directory)
     settings = build_settings.smoke(build_settings.mmc4_pairs((path,), directory))
-    pairs = {}
     with open(path, "rb") as stream:
-        for record in catalog.get("mmc4-pairs").read(stream, path, settings):
-            if hasattr(record, "chunks"):
-                _, image = fetch.fetch_image(record.images[0].url, settings.fetch)
-                if image is not None and image.data:
-                    pairs[record.id] = (image.data, record.texts[0].text)
-    return pairs
+        records = [
+            record
+            for record in catalog.get("mmc4-pairs").read(stream, path, settings)
+            if hasattr(record, "chunks")
+        ]
+    with fetch.Fetcher(settings.fetch) as fetcher:
+        images = dict(fetcher.fetch(dict.fromkeys(r.images[0].url for r in records)))
+    return {
+        record.id: (images[record.images[0].url].data, record.texts[0].text)
+        for record in records
+        if images[record.images[0].url].ok
+    }
 
 
 @pytest.mark.slow
@@ -107,7 +112,8 @@ def test_build_scores_filters_and_saves_embeddings(tiny_clip, tmp_path):  # noqa
         ("no-pretrained", "corpora: --clip-model needs --clip-pretrained"),
         (
             "no-model",
-            "corpora: --min-clip-sim needs --clip-model (without it, only coyo has precomputed scores)",
+            "corpora: --min-clip-sim needs --clip-model "
+            "(without it, only coyo has precomputed scores)",
         ),
         ("bad-fraction", "corpora: --clip-top-fraction must be in (0, 1], got 0.0"),
     ],
@@ -163,7 +169,7 @@ def test_bad_clip_flags_exit_2_with_one_line(tiny_clip, tmp_path, case, message)
 @pytest.mark.slow
 @pytest.mark.integration
 def test_mmc4_build_places_images_before_the_sentences_clip_chose(
-    tiny_clip,
+    tiny_clip,  # noqa: F811
     tmp_path,
     image_server,  # noqa: F811
     tokenizer_path,
@@ -258,7 +264,7 @@ def test_document_corpora_refuse_pair_only_clip_flags(tiny_clip, tmp_path, corpu
     )
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [
-        f"corpora: {flag} applies to pair corpora (coyo, mmc4-pairs, wit), not to {corpus} documents "
-        "(use --min-clip-sim to remove their low-scoring images)"
+        f"corpora: {flag} applies to pair corpora (coyo, mmc4-pairs, wit), "
+        f"not to {corpus} documents (use --min-clip-sim to remove their low-scoring images)"
     ]
     assert not os.path.exists(tmp_path / "out")

@@ -64,7 +64,10 @@ def test_mmc4_min_sim_and_max_images_remove_images_in_reading_order():
     result = mmc4_filter(mmc4_doc([0.3, 0.2, 0.26, 0.4, 0.5]), {"min_sim": 0.24, "max_images": 2})
     assert [c.url for c in result.images] == ["http://i/0.jpg", "http://i/2.jpg"]
     assert [c.text for c in result.texts] == ["s0.", "s1.", "s2.", "s3.", "s4."]  # sentences stay
-    assert result.meta["images_removed"] == {"below_min_sim": 1, "over_max_images": 2}
+    assert result.meta["images_removed"] == {
+        "clip_similarity_below_min": 1,
+        "over_max_images": 2,
+    }
 
 
 def test_mmc4_document_left_without_images_is_dropped_unless_kept():

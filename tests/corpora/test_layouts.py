@@ -169,7 +169,8 @@ def test_place_images_moves_each_image_before_its_new_sentence():
         ),
         meta={"sentences": 4},
     )
-    # doc.images is [u0, u2, u1]: u0 → d., u2 → a., u1 → a. (two images before one sentence keep image_info order)
+    # doc.images is [u0, u2, u1]: u0 → d., u2 → a., u1 → a.
+    # (two images before one sentence keep image_info order)
     placed = layouts.place_images(doc, [3, 0, 0])
     assert _order(placed) == ["u1", "u2", "a.", "b.", "c.", "u0", "d."]
     assert placed.meta == doc.meta and placed.id == "d"
@@ -184,10 +185,11 @@ def test_place_images_moves_each_image_before_its_new_sentence():
 
 
 def test_a_document_left_imageless_by_clip_is_dropped_with_that_reason():
-    doc = Document(
-        "d", "mmc4", (TextChunk("a."),), meta={"images_removed": {"clip_sim_below_min": 2}}
-    )
+    removed = {"images_removed": {"clip_similarity_below_min": 2}}
+    doc = Document("d", "mmc4", (TextChunk("a."),), meta={**removed, "clip_model": "m/w.pt"})
     assert layouts.mmc4_interleaved(doc).reason == "no_images_after_clip"
     assert layouts.mmc4_reordered(doc).reason == "no_images_after_clip"
     assert layouts.mmc4_interleaved(doc, keep_imageless=True) is doc
     assert layouts.mmc4_interleaved(doc.replace(meta={})).reason == "no_images_after_fetch"
+    # the metadata filter's removals (by matched_sim) do not make it CLIP's doing
+    assert layouts.mmc4_interleaved(doc.replace(meta=removed)).reason == "no_images_after_fetch"

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from corpora import pack
 from corpora.record import ImageChunk
-from corpora.tokenize import Span, TokenizedDocument
+from corpora.tokenizer import Span, TokenizedDocument
 
 BOS, EOS, IMAGE, PAD = 1, 2, 1000, 0
 

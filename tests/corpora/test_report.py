@@ -4,7 +4,8 @@ import re
 import numpy as np
 from PIL import Image
 
-from corpora import report, stats
+from corpora import reader, report, stats
+from corpora.distributions import distribution
 from corpora.stats import StatsAccumulator, TokenIds, sequence_values
 
 MANIFEST = {
@@ -27,34 +28,34 @@ def _jpeg(width: int, height: int) -> bytes:
     return buffer.getvalue()
 
 
-def _sample() -> dict:
+def _sample() -> reader.Sample:
     # [bos, img, img, 5, 6, eos] as segment 1, then padding
-    return {
-        "__key__": "coyo-000000-000000",
-        "input_ids": np.array([1, 9, 9, 5, 6, 2, 0, 0, 0, 0, 0, 0]),
-        "segment_ids": np.array([1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0]),
-        "images": [_jpeg(400, 300)],
-        "json": {
-            "documents": [
-                {
-                    "id": "doc<1>",
-                    "segment": 1,
-                    "url": "https://x.org/?a=<b>&c",
-                    "images": [{"scores": {"clip_similarity_vitb32": 0.31}}],
-                    "split": False,
-                }
-            ]
-        },
-    }
+    return reader.Sample(
+        key="coyo-000000-000000",
+        url="coyo-000000.tar",
+        input_ids=np.array([1, 9, 9, 5, 6, 2, 0, 0, 0, 0, 0, 0]),
+        segment_ids=np.array([1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0]),
+        positions=np.array([0, 1, 2, 3, 4, 5, 0, 0, 0, 0, 0, 0]),
+        images=[_jpeg(400, 300)],
+        documents=[
+            {
+                "id": "doc<1>",
+                "segment": 1,
+                "url": "https://x.org/?a=<b>&c",
+                "images": [{"scores": {"clip_similarity_vitb32": 0.31}}],
+                "split": False,
+            }
+        ],
+    )
 
 
 def _stats(manifest: dict) -> dict:
     sample = _sample()
     acc = StatsAccumulator().add(
         sequence_values(
-            sample["input_ids"],
-            sample["segment_ids"],
-            sample["json"]["documents"],
+            sample.input_ids,
+            sample.segment_ids,
+            sample.documents,
             TokenIds.from_manifest(manifest),
         )
     )
@@ -112,6 +113,6 @@ def test_no_reference_column_for_corpora_vila_did_not_report():
 
 
 def test_histogram_has_one_bar_per_bin():
-    svg = report.svg_histogram(stats.distribution({3: 2, 5: 1}), "x")
+    svg = report.svg_histogram(distribution({3: 2, 5: 1}), "x")
     assert svg.count('<rect class="bar"') == 3
     assert re.findall(r"<title>([^<]*)</title></rect>", svg) == ["3: 2", "4: 0", "5: 1"]

@@ -4,11 +4,9 @@ import random
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from corpora import stats
-from corpora.stats import StatsAccumulator, TokenIds, distribution, histogram_edges, sequence_values
+from corpora import reader, stats
+from corpora.stats import StatsAccumulator, TokenIds, sequence_values
 
 IDS = TokenIds(image_token_id=9, bos_id=1, eos_id=2, tokens_per_image=2)
 
@@ -54,50 +52,7 @@ def test_image_failures_count_once_per_document_not_per_piece():
     )
 
 
-def test_distribution_docstring_example_exactly():
-    assert distribution({1: 2, 3: 1, 10: 1}) == {
-        "count": 4,
-        "sum": 15,
-        "mean": 3.75,
-        "min": 1,
-        "max": 10,
-        "median": 2.0,
-        "p5": 1,
-        "p95": 10,
-        "histogram": {
-            "edges": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
-            "counts": [2, 0, 1, 0, 0, 0, 0, 0, 0, 1],
-        },
-    }
-    assert distribution({}) is None
-
-
-def test_histogram_edges_cover_the_range_in_equal_integer_bins():
-    assert histogram_edges(5, 5) == [5, 6]
-    assert histogram_edges(1, 40) == list(range(1, 42))
-    edges = histogram_edges(0, 40)  # 41 values: no longer one bin per value
-    assert edges == list(range(0, 43, 3)) and len(edges) - 1 <= 20
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(min_value=0, max_value=5000), min_size=1, max_size=300))
-def test_distribution_agrees_with_numpy(values):
-    dist = distribution(dict(zip(*np.unique(values, return_counts=True))))
-    array = np.array(values)
-    assert dist["count"] == len(values) and dist["sum"] == array.sum()
-    assert dist["mean"] == pytest.approx(array.mean(), rel=1e-12)
-    assert dist["median"] == np.median(array)
-    assert dist["p5"] == np.percentile(array, 5, method="inverted_cdf")
-    assert dist["p95"] == np.percentile(array, 95, method="inverted_cdf")
-    counts, _ = np.histogram(array, bins=dist["histogram"]["edges"])
-    assert dist["histogram"]["counts"] == counts.tolist()
-    assert (
-        dist["histogram"]["edges"][0] == array.min()
-        and dist["histogram"]["edges"][-1] > array.max()
-    )
-
-
-def _split_corpus() -> list[stats.SequenceValues]:
+def split_corpus() -> list[stats.SequenceValues]:
     """Sequences of six documents; document "long" is split over three."""
     rng = random.Random(7)
     sequences = []
@@ -125,7 +80,7 @@ def _split_corpus() -> list[stats.SequenceValues]:
 
 
 def test_merging_in_any_order_gives_the_same_statistics():
-    sequences = _split_corpus()
+    sequences = split_corpus()
     manifest = {"corpus": "mmc4-pairs", "seq_len": 0, "tokens_per_image": 2}
     whole = StatsAccumulator()
     for values in sequences:
@@ -148,7 +103,7 @@ def test_merging_in_any_order_gives_the_same_statistics():
 
 def test_a_split_document_missing_pieces_is_counted_with_the_pieces_seen():
     acc = StatsAccumulator()
-    for values in _split_corpus()[:2]:
+    for values in split_corpus()[:2]:
         acc.add(values)
     result = stats.finalize(acc, {"corpus": "x"}, whole_build=False)
     assert result["packing"]["incomplete_documents"] == 1
@@ -205,63 +160,41 @@ def test_vila_reference_only_for_coyo_and_mmc4():
         assert (reference and reference["values"]) == expected
 
 
-def test_fetch_reasons():
-    assert stats.is_fetch_reason("http_404") and stats.is_fetch_reason("http_5xx")
-    assert stats.is_fetch_reason("file_not_found") and stats.is_fetch_reason("too_small")
-    assert not stats.is_fetch_reason("bad_json") and not stats.is_fetch_reason("http_x")
+def test_a_filter_drop_named_like_a_fetch_reason_is_no_failed_fetch():
+    # coyo drops a row whose declared size is too small before any download, and
+    # the fetch stage drops one whose image turns out too small: the same name
+    funnel = {
+        "unit": "pair",
+        "input": 10,
+        "kept": 5,
+        "dropped": {"image_too_small": 3, "http_404": 1, "nsfw_above_max": 1},
+    }
+    images = {"input": 7, "ok": 5, "failed": {"image_too_small": 1, "http_404": 1}}
+    manifest = {"corpus": "coyo", "funnel": funnel, "images": images}
+    section = stats.finalize(StatsAccumulator(), manifest)["image_fetch"]
+    assert section["failed"] == 2
+    assert {f["reason"]: f["count"] for f in section["failures"]} == {
+        "image_too_small": 1,
+        "http_404": 1,
+    }
+    # a document corpus keeps a document whose image failed: its failures are in
+    # the documents' meta, not in the funnel
+    documents = {**manifest, "corpus": "mmc4"}
+    assert stats.finalize(StatsAccumulator(), documents)["image_fetch"]["failed"] == 0
 
 
-def test_format_table_shows_the_headline_figures():
-    acc = StatsAccumulator()
-    for values in _split_corpus():
-        acc.add(values)
-    table = stats.format_table(
-        stats.finalize(
-            acc,
-            {
-                "corpus": "mmc4",
-                "seq_len": 64,
-                "tokens_per_image": 2,
-                "funnel": {"unit": "document", "input": 13, "kept": 13},
-            },
-        )
-    )
-    lines = table.splitlines()
-    assert lines[0] == "mmc4: seq_len 64, 2 tokens per image"
-    assert any(
-        line.split()[:4] == ["text", "tokens", "per", "image"] and line.split()[-1] == "122.5"
-        for line in lines
-    )
-    assert any(line.startswith("documents split") and "1 (7.7%)" in line for line in lines)
+def test_every_fetch_reason_is_counted_as_a_failed_fetch():
+    from corpora.fetch.settings import REASONS, is_fetch_reason
 
-
-@pytest.mark.parametrize(
-    "make, message",
-    [
-        (lambda d: os.path.join(d, "nothing"), "not found"),
-        (lambda d: d, "no manifest.json"),
-        (lambda d: _write(d, "manifest.json", "[1]"), "not a corpora manifest"),
-        (
-            lambda d: _write(
-                d,
-                "manifest.json",
-                json.dumps(
-                    {
-                        "image_token_id": 9,
-                        "bos_id": 1,
-                        "eos_id": 2,
-                        "tokens_per_image": 2,
-                        "shards": [{"path": "x.tar"}],
-                    }
-                ),
-            ),
-            "missing",
-        ),
-    ],
-)
-def test_resolve_rejects_what_is_not_a_build(tmp_path, make, message):
-    with pytest.raises(stats.StatsInputError, match=message):
-        stats.resolve(make(str(tmp_path)))
+    reasons = [*REASONS, "http_404", "http_410"]
+    for reason in reasons:
+        manifest = {"funnel": {"unit": "pair", "input": 2, "kept": 1, "dropped": {reason: 1}}}
+        section = stats.finalize(StatsAccumulator(), manifest)["image_fetch"]
+        assert (section["failed"], section["failures"][0]["reason"]) == (1, reason), reason
+    for reason in ("bad_json", "empty_text", "clip_similarity_below_min", "http_x"):
+        assert not is_fetch_reason(reason)
+        manifest = {"funnel": {"unit": "pair", "input": 2, "kept": 1, "dropped": {reason: 1}}}
+        assert stats.finalize(StatsAccumulator(), manifest)["image_fetch"]["failed"] == 0
 
 
 def _write(directory: str, name: str, text: str) -> str:
@@ -272,7 +205,7 @@ def _write(directory: str, name: str, text: str) -> str:
 
 
 @pytest.mark.parametrize("content, message", [(b"garbage\n", "truncated header"), (b"", "")])
-def test_an_unreadable_shard_is_a_stats_input_error(tmp_path, content, message):
+def test_an_unreadable_shard_is_a_build_input_error(tmp_path, content, message):
     manifest = {
         "corpus": "x",
         "image_token_id": 9,
@@ -283,5 +216,5 @@ def test_an_unreadable_shard_is_a_stats_input_error(tmp_path, content, message):
     }
     _write(str(tmp_path), "manifest.json", json.dumps(manifest))
     (tmp_path / "x-000000.tar").write_bytes(content)
-    with pytest.raises(stats.StatsInputError, match=f"unreadable shard .*x-000000.tar: {message}"):
+    with pytest.raises(reader.BuildInputError, match=f"unreadable shard .*x-000000.tar: {message}"):
         stats.stats_from_shards(str(tmp_path))

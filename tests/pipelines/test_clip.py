@@ -14,8 +14,8 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from corpora import clip
 from pipelines.clip import ClipStage, clip_score
-from pipelines.runners import make_runner, pipeline_options
 from tests.clip_model import TINY_NAME, direct_scores, pair, sample_pairs, tiny_clip  # noqa: F401
+from tests.pipelines.direct import direct_pipeline
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 
@@ -34,8 +34,7 @@ def inputs() -> list:
 
 
 def run(workers: int, stage: ClipStage, check) -> None:
-    options = pipeline_options("DirectRunner", workers)
-    with beam.Pipeline(runner=make_runner(options), options=options) as pipeline:
+    with direct_pipeline(workers) as pipeline:
         check(pipeline | beam.Create(inputs()) | stage)
 
 
@@ -110,7 +109,7 @@ def test_min_sim_and_saved_embeddings(tiny_clip, expected, tmp_path):  # noqa: F
         assert_that(out.docs | beam.Map(lambda d: d.id), equal_to(kept), label="Kept")
         assert_that(
             out.dropped | beam.Map(lambda d: d.reason),
-            equal_to(["clip_sim_below_min"] * 3 + ["clip_image_undecodable"]),
+            equal_to(["clip_similarity_below_min"] * 3 + ["clip_image_undecodable"]),
             label="Dropped",
         )
         assert_that(
@@ -172,14 +171,15 @@ def test_document_stage_re_places_images_and_removes_those_below_min_sim(tiny_cl
     minimum = (scores[2] + scores[3]) / 2
     expected = {rid: clip.remove_images_below(doc, minimum) for rid, doc in core.items()}
     assert sum(len(doc.images) for doc in expected.values()) == 3
-    order = lambda doc: (
-        doc.id,
-        tuple(c.text if c.kind == "text" else c.url for c in doc.chunks),  # noqa: E731
-        tuple(sorted((doc.meta.get("images_removed") or {}).items())),
-    )
 
-    options = pipeline_options("DirectRunner", 1)
-    with beam.Pipeline(runner=make_runner(options), options=options) as pipeline:
+    def order(doc):
+        return (
+            doc.id,
+            tuple(c.text if c.kind == "text" else c.url for c in doc.chunks),
+            tuple(sorted((doc.meta.get("images_removed") or {}).items())),
+        )
+
+    with direct_pipeline() as pipeline:
         out = (
             pipeline
             | beam.Create(docs)

@@ -7,8 +7,8 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from corpora.filters import coyo_clip_sum
 from corpora.record import Document
-from pipelines.runners import RunnerSettings, make_runner, pipeline_options
-from pipelines.select import TopFraction
+from pipelines.selection import TopFraction
+from tests.pipelines.direct import direct_pipeline
 
 pytestmark = pytest.mark.slow
 
@@ -33,11 +33,11 @@ def _row(rid, b32, l14):
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_top_fraction_keeps_exactly_the_expected_ids(workers):
-    options = pipeline_options(RunnerSettings(runner="DirectRunner", workers=workers))
-    with beam.Pipeline(runner=make_runner(options), options=options) as p:
+    with direct_pipeline(workers) as p:
         rows = p | beam.Create([_row(*r) for r in TABLE])
         selected = rows | TopFraction(coyo_clip_sum, 0.5)
-        # 7 scored rows, k = floor(0.5 * 7 + 0.5) = 4: coyo-5, coyo-2, then the 0.65 ties in id order
+        # 7 scored rows, k = floor(0.5 * 7 + 0.5) = 4: coyo-5, coyo-2,
+        # then the 0.65 ties in id order
         assert_that(
             selected.kept | "KeptIds" >> beam.Map(lambda d: d.id),
             equal_to(["coyo-5", "coyo-2", "coyo-1", "coyo-3"]),

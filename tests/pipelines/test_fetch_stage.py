@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from corpora import settings as build_settings
-from corpora.accounting import FAILURES
+from corpora.fetch.accounting import FAILURES
 from pipelines.build import run_build
 from tests.helpers import load_manifest, read_tar, run_cli, write_jsonl
 from tests.servers import ImageServer, image_bytes
@@ -51,11 +51,13 @@ def smoke_settings(
     )
     fetch = dataclasses.replace(
         settings.fetch,
-        allow_networks=("127.0.0.1/32",),
-        read_timeout=2,
-        backoff_base=0.05,
-        progress_interval=0,
-        **fetch_changes,
+        **{
+            "allow_networks": ("127.0.0.1/32",),
+            "read_timeout": 2,
+            "backoff_base": 0.05,
+            "progress_interval": 0,
+            **fetch_changes,
+        },
     )
     return settings.replace(fetch=fetch)
 
@@ -182,29 +184,65 @@ def test_cli_bad_fetch_flags_are_one_line_usage_errors(tokenizer_path, tmp_path)
 
 
 def test_every_fault_in_a_beam_build_balances(server, tokenizer_path, tmp_path):
-    from tests.corpora.test_fetch import FAULTS
+    """A pair build where each record's image ends in another fetch reason
+    (every one there is): the funnel, the manifest's images, failures.parquet
+    and stats.json all count the same failures."""
+    import json
 
-    with ImageServer("127.0.0.2") as other:
-        urls = [server.url(path) for path in FAULTS] + [
-            server.url("/redirect?to=" + other.url("/img/10x10/o.jpg")),
-            "gopher://example.com/x",
-        ]
-        inputs = mmc4_lines(str(tmp_path / "docs.jsonl"), urls)
-        settings = smoke_settings(inputs, str(tmp_path / "out"), tokenizer_path)
-        settings = settings.replace(
-            fetch=dataclasses.replace(settings.fetch, read_timeout=0.5, total_timeout=3)
+    from corpora.fetch import REASONS
+    from corpora.stats import STATS
+    from tests.corpora.fetch.test_scheduler import FAULTS
+    from tests.servers import self_signed_cert
+
+    big = b"\xff\xd8" + b"\0" * 300_000  # over the cap below, whatever it holds
+    server.route("/big.jpg", lambda handler: handler.send_body(200, big, "image/jpeg"))
+    with (
+        ImageServer("127.0.0.2") as other,
+        ImageServer(tls=self_signed_cert(str(tmp_path))) as https,
+    ):
+        reasons = {server.url(path): reason for path, reason in FAULTS.items()}
+        reasons.update(
+            {
+                server.url("/redirect?to=" + other.url("/img/10x10/o.jpg")): "blocked_address",
+                server.url("/redirect?to=file:///etc/passwd"): "bad_redirect",
+                server.url("/always/429"): "http_429",
+                server.url("/big.jpg"): "too_large",
+                server.url("/img/8x8/tiny.jpg"): "image_too_small",
+                server.url("/img/200x20/wide.jpg"): "aspect_ratio_above_max",
+                https.url("/img/8x8/tls.jpg"): "tls_error",
+                "gopher://example.com/x": "bad_scheme",
+                "http:///nohost.jpg": "bad_url",
+                "http://nohost.invalid/x.jpg": "dns_error",
+                (tmp_path / "missing.jpg").as_uri(): "file_not_found",
+                tmp_path.as_uri(): "file_error",  # a directory: not a readable file
+            }
+        )
+        inputs = mmc4_lines(str(tmp_path / "docs.jsonl"), list(reasons))
+        output = tmp_path / "out"
+        settings = smoke_settings(
+            inputs,
+            str(output),
+            tokenizer_path,
+            read_timeout=0.5,
+            total_timeout=3,
+            max_bytes=200_000,
+            min_image_size=16,
+            max_aspect_ratio=4.0,
         )
         manifest = run_build(settings)
         assert other.requests == []
-    expected = {}
-    for reason in [r for r in FAULTS.values() if r] + ["blocked_address", "bad_scheme"]:
-        expected[reason] = expected.get(reason, 0) + 1
-    ok = sum(1 for r in FAULTS.values() if r is None)
+    failed = [reason for reason in reasons.values() if reason]
+    assert set(failed) == set(REASONS) | {"http_404"}  # every way a fetch can fail
+    expected = {reason: failed.count(reason) for reason in failed}
+    ok = len(reasons) - len(failed)
     assert manifest["funnel"] == {
         "unit": "pair",
-        "input": len(urls),
+        "input": len(reasons),
         "kept": ok,
         "dropped": expected,
     }
     assert manifest["images"]["failed"] == expected and manifest["images"]["ok"] == ok
-    assert pq.read_table(str(tmp_path / "out" / FAILURES)).num_rows == len(urls) - ok
+    assert pq.read_table(str(output / FAILURES)).num_rows == len(failed)
+    statistics = json.loads((output / STATS).read_text())["image_fetch"]
+    assert statistics["failed"] == len(failed) and statistics["fetched"] == ok
+    assert {f["reason"]: f["count"] for f in statistics["failures"]} == expected

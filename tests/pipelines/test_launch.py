@@ -1,14 +1,14 @@
 from __future__ import annotations
 
 import io
-import time
+import threading
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from pipelines.launch import BuildOutcome, Progress, counters_of
-from pipelines.runners import RunnerSettings, make_runner, pipeline_options
+from pipelines.launch import BuildOutcome, BuildProgress, counters_of
 from pipelines.transforms import NAMESPACE
+from tests.pipelines.direct import direct_pipeline
 
 
 def _count(element):
@@ -18,8 +18,7 @@ def _count(element):
 
 
 def test_counters_come_from_beams_metrics_of_a_real_run():
-    options = pipeline_options(RunnerSettings(workers=1))
-    pipeline = beam.Pipeline(runner=make_runner(options), options=options)
+    pipeline = direct_pipeline()
     _ = pipeline | beam.Create([1, 2, 3]) | beam.Map(_count)
     result = pipeline.run()
     result.wait_until_finish()
@@ -37,22 +36,40 @@ def test_throughput_is_over_the_wall_time_of_the_run():
     }
 
 
-def test_progress_prints_elapsed_time_and_complete_shards_until_the_build_ends():
+def test_progress_lines_give_the_elapsed_time_and_the_complete_shards():
+    now = [100.0]
     stream = io.StringIO()
-    shards = iter(range(100))
-    with Progress("unused", every=0.05, stream=stream, count=lambda: next(shards)):
-        time.sleep(0.3)
-    lines = stream.getvalue().splitlines()
-    assert len(lines) >= 3
-    assert lines[0] == "  … 0m00s, 0 shard(s) complete"
-    assert lines[1].endswith(", 1 shard(s) complete")
-    count = len(lines)
-    time.sleep(0.15)
-    assert len(stream.getvalue().splitlines()) == count  # stopped with the build
+    shards = iter([0, 1, 12])
+    progress = BuildProgress(
+        "unused", every=10, stream=stream, count=lambda: next(shards), clock=lambda: now[0]
+    )
+    for later in (100.0, 161.0, 3700.5):
+        now[0] = later
+        progress.tick()
+    assert stream.getvalue().splitlines() == [
+        "  … 0m00s, 0 shard(s) complete",
+        "  … 1m01s, 1 shard(s) complete",
+        "  … 60m00s, 12 shard(s) complete",
+    ]
+
+
+def test_progress_runs_while_the_build_runs_and_stops_with_it():
+    stream = io.StringIO()
+    counted = threading.Event()
+
+    def count() -> int:
+        counted.set()
+        return 3
+
+    with BuildProgress("unused", every=0.01, stream=stream, count=count) as progress:
+        assert counted.wait(timeout=60)  # a line was written while the build ran
+        assert progress.running
+    assert not progress.running  # stopped with the build: no line after it
+    assert stream.getvalue().splitlines()[0].endswith(", 3 shard(s) complete")
 
 
 def test_no_progress_when_disabled():
     stream = io.StringIO()
-    with Progress("unused", every=0, stream=stream, count=lambda: 1):
-        time.sleep(0.1)
+    with BuildProgress("unused", every=0, stream=stream, count=lambda: 1) as progress:
+        assert not progress.running
     assert stream.getvalue() == ""

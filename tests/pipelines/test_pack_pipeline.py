@@ -11,7 +11,7 @@ import pytest
 
 from corpora import reader
 from corpora import settings as build_settings
-from corpora.sample import materialize_sample
+from corpora.bundled_sample import materialize_sample
 from pipelines.build import run_build
 from tests.helpers import load_manifest, read_tar, run_cli
 

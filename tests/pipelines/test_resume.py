@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from corpora import resume as core_resume
 from corpora.settings import mmc4_pairs
-from corpora.tokenize import Tokenizer
+from corpora.shards import resume as core_resume
+from corpora.tokenizer import Tokenizer
 from pipelines import resume
 from tests.beam_services import python_env
 from tests.generated import mmc4_documents, write_mmc4
@@ -218,5 +218,12 @@ def test_temporaries_of_interrupted_attempts_are_removed(tmp_path):
     (tmp_path / "coyo-000000.tar").write_bytes(b"complete")
     (tmp_path / "coyo-000001.tar.tmp-0123abcd").write_bytes(b"half")
     (tmp_path / "manifest.json.tmp-4567ef").write_bytes(b"{")
-    assert resume.remove_temporaries(str(tmp_path), "coyo") == 2
-    assert [p.name for p in tmp_path.iterdir()] == ["coyo-000000.tar"]
+    (tmp_path / "stats.json.tmp-89ab").write_bytes(b"{")
+    (tmp_path / "failures.parquet.tmp-cdef").write_bytes(b"PAR1")
+    markers = tmp_path / core_resume.SHARD_MARKERS
+    markers.mkdir(parents=True)
+    (markers / "coyo-000000.tar.json").write_text("{}")
+    (markers / "coyo-000001.tar.json.tmp-0a1b").write_text("{")
+    assert resume.remove_temporaries(str(tmp_path), "coyo") == 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".corpora", "coyo-000000.tar"]
+    assert [p.name for p in markers.iterdir()] == ["coyo-000000.tar.json"]

@@ -20,7 +20,7 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from corpora.sample import materialize_sample
+from corpora.bundled_sample import materialize_sample
 from corpora.settings import mmc4_pairs
 from pipelines.launch import execute
 from pipelines.runners import PYPROJECT, RunnerError, RunnerSettings, pipeline_options

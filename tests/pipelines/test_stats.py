@@ -7,9 +7,9 @@ import pytest
 from corpora import pack, stats
 from corpora.record import ImageChunk
 from corpora.stats import STATS
-from corpora.tokenize import Span, TokenizedDocument, TokenizerInfo
-from pipelines.runners import make_runner, pipeline_options
+from corpora.tokenizer import Span, TokenizedDocument, TokenizerInfo
 from pipelines.stats import WriteStats, token_ids
+from tests.pipelines.direct import direct_pipeline
 
 INFO = TokenizerInfo(
     path="t.model",
@@ -64,8 +64,7 @@ def test_stats_json_from_a_beam_pipeline(tmp_path):
         "tokens_per_image": 4,
         "funnel": {"unit": "document", "input": 13, "kept": 12, "dropped": {"http_404": 1}},
     }
-    options = pipeline_options("DirectRunner", 1)
-    with beam.Pipeline(runner=make_runner(options), options=options) as pipeline:
+    with direct_pipeline() as pipeline:
         values = pipeline | "Values" >> beam.Create(
             [
                 stats.sequence_values(s.input_ids, s.segment_ids, s.documents, token_ids(INFO))

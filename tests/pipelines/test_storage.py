@@ -76,6 +76,57 @@ def test_build_reads_an_fsspec_input_in_a_beam_pipeline(tmp_path, image_server, 
     assert outcome.counters["images.ok"] == 6
 
 
+class Interrupted(Exception):
+    pass
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
+    path = str(tmp_path / "stats.json")
+    storage.write_atomically(path, b"old")
+    with pytest.raises(Interrupted):
+        with storage.create_atomically(path) as stream:
+            stream.write(b"half of the new")
+            raise Interrupted
+    assert open(path, "rb").read() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["stats.json"]
+
+
+def test_temporary_names_are_unique_per_write(tmp_path):
+    path = str(tmp_path / "shard.tar")
+    with storage.create_atomically(path) as first, storage.create_atomically(path) as second:
+        first.write(b"first")
+        second.write(b"second")
+        assert len(list(tmp_path.glob(f"shard.tar{storage.TEMPORARY}*"))) == 2
+    assert open(path, "rb").read() == b"first"  # the write that finished last wins
+    assert [p.name for p in tmp_path.iterdir()] == ["shard.tar"]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_an_object_store_gets_whole_objects_only():
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    with s3_server("whole") as options:
+        FileSystems.set_options(PipelineOptions([f"--{k}={v}" for k, v in options.items()]))
+        client = boto3.client(
+            "s3",
+            endpoint_url=options["s3_endpoint_url"],
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
+        storage.write_atomically("s3://whole/out/stats.json", b'{"a": 1}')
+        with pytest.raises(Interrupted):
+            with storage.create_atomically("s3://whole/out/manifest.json") as stream:
+                stream.write(b'{"half": ')
+                raise Interrupted
+        listed = client.list_objects_v2(Bucket="whole", Prefix="out/")["Contents"]
+        assert [o["Key"] for o in listed] == ["out/stats.json"]  # nothing else, no temporary
+        body = client.get_object(Bucket="whole", Key="out/stats.json")["Body"].read()
+        assert body == b'{"a": 1}'
+
+
 @pytest.mark.slow
 @pytest.mark.integration
 def test_s3_round_trip_reads_inputs_from_and_writes_shards_to_a_bucket(

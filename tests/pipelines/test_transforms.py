@@ -10,17 +10,12 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from corpora import catalog
 from corpora.settings import mmc4_pairs, smoke
-from corpora.tokenize import Tokenizer
+from corpora.tokenizer import Tokenizer
 from pipelines import transforms as t
-from pipelines.runners import make_runner, pipeline_options
 from tests.helpers import write_jsonl
+from tests.pipelines.direct import direct_pipeline
 
 pytestmark = pytest.mark.slow
-
-
-def _pipeline():
-    options = pipeline_options("DirectRunner", 1)
-    return beam.Pipeline(runner=make_runner(options), options=options)
 
 
 def test_read_fetch_tokenize_in_beam(tmp_path, image_server, tokenizer_path):
@@ -48,7 +43,7 @@ def test_read_fetch_tokenize_in_beam(tmp_path, image_server, tokenizer_path):
     spec = catalog.get("mmc4-pairs")
     tokenizer = Tokenizer(tokenizer_path, settings.tokens_per_image)
 
-    with _pipeline() as p:
+    with direct_pipeline() as p:
         read = (
             p
             | beam.Create([source])
@@ -79,3 +74,36 @@ def test_read_fetch_tokenize_in_beam(tmp_path, image_server, tokenizer_path):
             equal_to([(1, 16, settings.tokens_per_image)]),
             label="tokenized",
         )
+
+
+def test_images_removed_from_kept_documents_are_counted_by_reason():
+    from corpora.record import Document, TextChunk
+    from pipelines.launch import counters_of
+
+    docs = [
+        Document("a", "mmc4", (TextChunk("x"),), meta={"images_removed": {"over_max_images": 2}}),
+        Document(
+            "b",
+            "mmc4",
+            (TextChunk("y"),),
+            meta={"images_removed": {"clip_similarity_below_min": 1, "over_max_images": 1}},
+        ),
+        Document("c", "mmc4", (TextChunk("z"),)),
+    ]
+    pipeline = direct_pipeline()
+    counted = (
+        pipeline
+        | beam.Create(docs)
+        | beam.ParDo(t.CountRemovedImages()).with_outputs(t.IMAGES_REMOVED, main="docs")
+    )
+    assert_that(counted.docs | beam.Map(lambda d: d.id), equal_to(["a", "b", "c"]), label="docs")
+    assert_that(
+        counted[t.IMAGES_REMOVED] | beam.CombinePerKey(sum),
+        equal_to([("over_max_images", 3), ("clip_similarity_below_min", 1)]),
+        label="removed",
+    )
+    result = pipeline.run()
+    result.wait_until_finish()
+    counters = counters_of(result)
+    assert counters["images_removed.over_max_images"] == 3
+    assert counters["images_removed.clip_similarity_below_min"] == 1

@@ -9,10 +9,10 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from corpora import pack, reader
 from corpora.settings import BuildSettings
-from corpora.tokenize import TokenizedDocument
+from corpora.tokenizer import TokenizedDocument
 from pipelines import transforms as t
-from pipelines.runners import make_runner, pipeline_options
 from tests.corpora.test_pack import make_doc
+from tests.pipelines.direct import direct_pipeline
 
 pytestmark = pytest.mark.slow
 
@@ -37,8 +37,7 @@ def test_pack_sequences_in_beam_matches_the_core_packer(tmp_path):
         pack_groups=1,
     )
 
-    options = pipeline_options("DirectRunner", 1)
-    with beam.Pipeline(runner=make_runner(options), options=options) as pipeline:
+    with direct_pipeline() as pipeline:
         result = (
             pipeline
             | beam.Create(docs[::-1] + [empty])  # input order must not matter

@@ -22,10 +22,11 @@ import torch
 def main(path: str) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    from tests.trainer.contract import Crashing, ShardBatches
+    from tests.trainer.contract import Crashing
     from trainer.config import prefixlm_config, prefixlm_optim, train_config, vila_config
+    from trainer.loader import data_config
     from trainer.runtime import start
-    from trainer.train import run
+    from trainer.train import data_loaders, run
 
     with open(path) as handle:
         spec = json.load(handle)
@@ -44,8 +45,10 @@ def main(path: str) -> None:
         resume=bool(spec.get("output")),
     )
 
+    loaders = data_loaders(data_config([spec["build"]], num_workers=0, shuffle_buffer=8))
+
     def make_loader(**options):
-        loader = ShardBatches(spec["build"], **options)
+        loader = loaders(**options)
         return Crashing(loader, spec["crash_after"]) if "crash_after" in spec else loader
 
     runtime = start("cpu")

@@ -3,7 +3,7 @@ import io
 import pyarrow.parquet as pq
 import pytest
 
-from corpora.io import InputError
+from corpora.inputs import InputError
 from corpora.record import Document, Drop
 from corpora.sources import coyo
 from tests import fixtures

@@ -1,6 +1,6 @@
 import pytest
 
-from corpora.io import InputError
+from corpora.inputs import InputError
 from corpora.record import Document, Drop
 from corpora.sources import wit
 from tests import fixtures

@@ -1,0 +1,258 @@
+"""One attempt at one URL: a body, a redirect to follow, or a named failure.
+
+An attempt follows no redirect and retries nothing: the scheduler
+(:mod:`corpora.fetch.scheduler`) decides what a redirect or a transient
+failure leads to, so every hop and every retry is a new, checked attempt.
+Nothing here raises for a bad URL or a bad answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import email.utils
+import http.client
+import os
+import socket
+import ssl
+import time
+import urllib.parse
+import urllib.request
+from typing import Callable, Iterable
+
+from corpora.fetch import connections
+from corpora.fetch.connections import ConnectionPool, DnsCache
+from corpora.fetch.guard import address_allowed
+from corpora.fetch.settings import FetchSettings
+
+OPT_OUT_DIRECTIVES = frozenset({"noai", "noimageai", "noindex", "noimageindex"})
+_DIRECTIVES_WITH_VALUE = frozenset(
+    {"max-image-preview", "max-snippet", "max-video-preview", "unavailable_after"}
+)
+# Characters left as they are when a URL's path and query are percent-encoded
+# for the request line (web URL lists hold raw spaces and non-ASCII text).
+_URL_SAFE = "/?#[]@!$&'()*+,;=:%~-._"
+_REDIRECTS = (301, 302, 303, 307, 308)
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """The result of one request: a body, a redirect (``location``), or a failure."""
+
+    data: bytes | None = None
+    reason: str | None = None
+    status: int | None = None
+    detail: str = ""
+    location: str | None = None
+    retry_after: float | None = None
+
+
+def opted_out(robots_tags: Iterable[str], agent_token: str = "corpora") -> bool:
+    """Does an ``X-Robots-Tag`` forbid using the image for AI training?
+
+    Directives for every crawler, for ``*`` or for our own token count;
+    directives addressed to another crawler (``otherbot: noindex``) do not.
+
+    >>> opted_out(["noai, noimageai"]), opted_out(["googlebot: noindex"]), opted_out(["none"])
+    (True, False, False)
+    >>> opted_out(["corpora: noimageindex"]), opted_out(["max-image-preview:large"])
+    (True, False)
+    """
+    for value in robots_tags:
+        scope = None  # a "bot:" prefix applies to the directives after it in the same header
+        for part in value.split(","):
+            part = part.strip().lower()
+            head, colon, rest = part.partition(":")
+            if colon and head.strip() not in _DIRECTIVES_WITH_VALUE:
+                scope, part = head.strip(), rest.strip()
+            if part in OPT_OUT_DIRECTIVES and scope in (None, "*", agent_token.lower()):
+                return True
+    return False
+
+
+def agent_token(user_agent: str) -> str:
+    """The crawler token robots directives address us by.
+
+    >>> agent_token("mybot/1.0 (+https://example.org/bot)"), agent_token("  ")
+    ('mybot', 'corpora')
+    """
+    return user_agent.split("/", 1)[0].split()[0] if user_agent.strip() else "corpora"
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """A ``Retry-After`` header in seconds (it holds seconds or an HTTP date).
+
+    >>> retry_after_seconds("7"), retry_after_seconds("soon"), retry_after_seconds(None)
+    (7.0, None, None)
+    """
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def read_file(url: str, settings: FetchSettings) -> Attempt:
+    path = (
+        urllib.request.url2pathname(urllib.parse.urlsplit(url).path)
+        if url.startswith("file:")
+        else url
+    )
+    try:
+        size = os.path.getsize(path)
+        if size > settings.max_bytes:
+            return Attempt(reason="too_large", detail=f"{size} bytes")
+        with open(path, "rb") as handle:
+            return Attempt(data=handle.read())
+    except FileNotFoundError:
+        return Attempt(reason="file_not_found")
+    except OSError as exc:
+        return Attempt(reason="file_error", detail=str(exc))
+
+
+def http_attempt(
+    url: str,
+    settings: FetchSettings,
+    pool: ConnectionPool,
+    dns: DnsCache,
+    clock: Callable[[], float] = time.monotonic,
+) -> Attempt:
+    """One GET of an http(s) URL to a checked address, over a pooled connection."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        host = parts.hostname.encode("idna").decode("ascii")
+    except (ValueError, UnicodeError) as exc:
+        return Attempt(reason="bad_url", detail=str(exc))
+    try:
+        addresses = dns.resolve(host, port)
+    except (socket.gaierror, UnicodeError, OSError) as exc:
+        return Attempt(reason="dns_error", detail=str(exc))
+    blocked = [a for a in addresses if not address_allowed(a, settings)]
+    if blocked:
+        return Attempt(reason="blocked_address", detail=blocked[0])
+    key = (parts.scheme, host, port, addresses[0])
+    target = urllib.parse.quote(
+        (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), safe=_URL_SAFE
+    )
+    headers = {
+        "User-Agent": settings.user_agent,
+        "Accept": "image/*,*/*;q=0.8",
+        "Accept-Encoding": "identity",
+    }
+    deadline = clock() + settings.total_timeout
+    conn = pool.get(key)
+    reused = conn is not None
+    while True:
+        if conn is None:
+            args = (host, port, addresses[0], settings.read_timeout, settings.connect_timeout)
+            if parts.scheme == "https":
+                conn = connections.PinnedHTTPSConnection(*args, context=connections.SSL_CONTEXT)
+            else:
+                conn = connections.PinnedHTTPConnection(*args)
+        try:
+            conn.request("GET", target, headers=headers)
+            sock = conn.sock  # outlives conn.close() when the response says Connection: close
+            response = conn.getresponse()
+            break
+        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
+            conn.close()
+            conn = None
+            if reused:  # the server closed an idle pooled connection: try a fresh one, same attempt
+                reused = False
+                continue
+            return Attempt(reason="connection_error", detail=str(exc) or type(exc).__name__)
+        except Exception as exc:
+            conn.close()
+            return classify(exc)
+    keep = False
+    try:
+        status = response.status
+        if status in _REDIRECTS:
+            location = response.getheader("Location")
+            return Attempt(
+                reason=None if location else "bad_redirect", status=status, location=location
+            )
+        if status == 429 or status >= 500:
+            return Attempt(
+                reason="http_429" if status == 429 else "http_5xx",
+                status=status,
+                retry_after=retry_after_seconds(response.getheader("Retry-After")),
+            )
+        if not 200 <= status < 300:
+            return Attempt(reason=f"http_{status}", status=status)
+        if settings.respect_opt_out and opted_out(
+            response.headers.get_all("X-Robots-Tag") or (), agent_token(settings.user_agent)
+        ):
+            return Attempt(reason="opted_out", status=status)  # the body is never read
+        length = response.getheader("Content-Length")
+        if length and length.strip().isdigit() and int(length) > settings.max_bytes:
+            return Attempt(reason="too_large", status=status, detail=f"Content-Length {length}")
+        body = bytearray()
+        while True:
+            remaining = deadline - clock()
+            if remaining <= 0:
+                return Attempt(
+                    reason="timeout",
+                    status=status,
+                    detail=f"over {settings.total_timeout}s in total",
+                )
+            sock.settimeout(min(settings.read_timeout, remaining))
+            chunk = response.read1(65536)
+            if not chunk:
+                break
+            body += chunk
+            if len(body) > settings.max_bytes:
+                return Attempt(
+                    reason="too_large", status=status, detail=f"over {settings.max_bytes} bytes"
+                )
+        keep = not response.will_close
+        response.close()  # marks the exchange done, so the connection can carry the next request
+        return Attempt(data=bytes(body), status=status)
+    except Exception as exc:
+        return classify(exc)
+    finally:
+        if keep:
+            sock.settimeout(settings.read_timeout)
+            pool.put(key, conn)
+        else:
+            conn.close()
+
+
+def classify(exc: BaseException) -> Attempt:
+    """The reason for an exception a request raised."""
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return Attempt(reason="timeout", detail=str(exc))
+    if isinstance(exc, ssl.SSLError):
+        return Attempt(reason="tls_error", detail=str(exc))
+    return Attempt(reason="connection_error", detail=str(exc) or type(exc).__name__)
+
+
+def attempt(
+    url: str,
+    settings: FetchSettings,
+    pool: ConnectionPool,
+    dns: DnsCache,
+    clock: Callable[[], float] = time.monotonic,
+) -> Attempt:
+    """One attempt at ``url``: http(s), a ``file:`` URL or a plain local path.
+
+    >>> attempt("gopher://example.com/x", FetchSettings(), ConnectionPool(1), DnsCache()).reason
+    'bad_scheme'
+    """
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as exc:
+        return Attempt(reason="bad_url", detail=str(exc))
+    scheme = parts.scheme.lower()
+    if scheme in ("http", "https"):
+        if not parts.hostname:
+            return Attempt(reason="bad_url", detail="no host")
+        return http_attempt(url, settings, pool, dns, clock)
+    if scheme == "file" or (scheme == "" and url.startswith("/")):
+        return read_file(url, settings)
+    return Attempt(reason="bad_scheme", detail=scheme or "no scheme")

@@ -1,0 +1,133 @@
+"""What an image fetch is asked to do (:class:`FetchSettings`) and what each
+URL ends as (:class:`ImageOutcome`): the final JPEG, or exactly one reason
+from :data:`REASONS` (or ``http_<status>`` for any other non-2xx status)."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import re
+
+USER_AGENT = "corpora/0.1 (+https://github.com/corpora-dev/corpora; multimodal corpus builder)"
+RESIZE_MODES = ("no", "border", "keep_ratio", "keep_ratio_largest", "center_crop")
+
+# Every reason an image can fail with (the manifest's ``images.failed`` keys),
+# besides ``http_<status>`` for any other non-2xx status (``http_404`` …).
+REASONS = (
+    "bad_scheme",
+    "bad_url",
+    "bad_redirect",
+    "blocked_address",
+    "dns_error",
+    "connection_error",
+    "tls_error",
+    "timeout",
+    "too_many_redirects",
+    "http_5xx",
+    "http_429",
+    "opted_out",
+    "too_large",
+    "empty_body",
+    "not_image",
+    "decode_error",
+    "too_many_pixels",
+    "image_too_small",
+    "aspect_ratio_above_max",
+    "file_not_found",
+    "file_error",
+)
+# Failures worth another attempt after a pause; every other reason is final.
+TRANSIENT = frozenset({"connection_error", "http_5xx", "http_429"})
+_HTTP_STATUS = re.compile(r"^http_(\d{3}|\dxx)$")
+
+
+def is_fetch_reason(reason: str) -> bool:
+    """Is ``reason`` one an image fetch ends in? (the statistics count these
+    as images that failed to fetch).
+
+    >>> [is_fetch_reason(r) for r in ("http_404", "opted_out", "bad_url", "bad_json")]
+    [True, True, True, False]
+    """
+    return reason in REASONS or bool(_HTTP_STATUS.match(reason))
+
+
+@dataclasses.dataclass(frozen=True)
+class FetchSettings:
+    image_size: int = 256
+    resize_mode: str = "center_crop"
+    resize_only_if_bigger: bool = False
+    jpeg_quality: int = 95
+    connect_timeout: float = 10.0
+    read_timeout: float = 20.0
+    total_timeout: float = 60.0  # one attempt, headers to last byte
+    max_bytes: int = 32 << 20
+    max_redirects: int = 5
+    min_image_size: int = 0
+    max_aspect_ratio: float = float("inf")
+    max_pixels: int = 89_478_485  # Pillow's decompression-bomb threshold
+    allow_private_urls: bool = False
+    # CIDRs let through the address guard, e.g. an internal mirror
+    allow_networks: tuple[str, ...] = ()
+    user_agent: str = USER_AGENT
+    concurrency: int = 64
+    max_attempts: int = 3
+    backoff_base: float = 1.0
+    backoff_max: float = 60.0
+    max_retry_after: float = 120.0  # a longer Retry-After gives up at once
+    per_host_concurrency: int = 4
+    per_host_rate: float = 10.0  # request starts per second per host; 0: unlimited
+    respect_opt_out: bool = True
+    decode_threads: int = 0  # 0: one per core
+    # a failures.parquet: fetch only the records holding these URLs
+    retry_failures: str | None = None
+    retry_reasons: tuple[str, ...] = ()  # …only the URLs that failed for these reasons (empty: all)
+    progress_interval: float = 10.0  # seconds between progress lines on stderr; 0: none
+
+    def __post_init__(self) -> None:
+        if self.resize_mode not in RESIZE_MODES:
+            raise ValueError(
+                f"unknown resize mode {self.resize_mode!r}; one of {', '.join(RESIZE_MODES)}"
+            )
+        if not 1 <= self.jpeg_quality <= 100:
+            raise ValueError(f"jpeg quality must be in 1..100, got {self.jpeg_quality}")
+        for name in ("concurrency", "max_attempts", "per_host_concurrency"):
+            if getattr(self, name) < 1:
+                raise ValueError(
+                    f"{name.replace('_', ' ')} must be at least 1, got {getattr(self, name)}"
+                )
+        for name in ("connect_timeout", "read_timeout", "total_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(
+                    f"{name.replace('_', ' ')} must be positive, got {getattr(self, name)}"
+                )
+        if self.max_aspect_ratio < 1:
+            raise ValueError(f"max aspect ratio must be at least 1, got {self.max_aspect_ratio}")
+        for network in self.allow_networks:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ValueError(f"not an IP network: {network!r}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageOutcome:
+    """What became of one image URL: the final JPEG, or one reason.
+
+    :func:`corpora.fetch.image.process_image` returns one without ``url``,
+    ``status`` and ``attempts``; the scheduler fills those in.
+    """
+
+    url: str = ""
+    data: bytes | None = None
+    width: int = 0
+    height: int = 0
+    original_width: int = 0
+    original_height: int = 0
+    reason: str | None = None
+    status: int | None = None
+    attempts: int = 0
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None

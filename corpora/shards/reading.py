@@ -1,0 +1,337 @@
+"""Reading built shards: the one reading of a build that the trainer,
+``corpora inspect``, ``corpora stats`` and ``corpora report`` share (its public
+names are importable as :mod:`corpora.reader`).
+
+    >>> from corpora.reader import iter_samples, load_manifest, shard_urls
+    >>> manifest = load_manifest("corpora-out/mmc4-pairs")            # doctest: +SKIP
+    >>> for sample in iter_samples(shard_urls("corpora-out/mmc4-pairs")):  # doctest: +SKIP
+    ...     sample.input_ids, sample.segment_ids, sample.positions   # int32 [seq_len]
+    ...     sample.images       # PIL images, in slot order
+    ...     sample.documents    # the json entry of each packed document
+
+URLs are local paths, ``file://`` URLs, or anything ``fsspec`` opens
+(``gs://``, ``s3://``, ``hf://``); brace patterns such as
+``mmc4-{000000..000041}.tar`` (the manifest's ``shard_pattern``) expand.
+:func:`locate` turns what a user names on the command line (a build
+directory, its ``manifest.json``, or one shard) into the manifest and shards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import tarfile
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from corpora.shards.manifest import MANIFEST
+from corpora.shards.writing import ARRAYS
+
+
+def iter_tar_samples(stream: BinaryIO) -> Iterator[dict[str, Any]]:
+    """Read a shard back: one dict per sample with ``__key__``, the arrays,
+    ``images`` (list of JPEG bytes in slot order) and ``json``."""
+    current: dict[str, Any] | None = None
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
+        while (member := tar.next()) is not None:
+            tar.members.clear()  # a stream is read once; keeping headers would grow with the shard
+            if not member.isfile():
+                continue
+            key, _, extension = member.name.rpartition("/")[2].partition(".")
+            data = tar.extractfile(member).read()  # type: ignore[union-attr]
+            if current is None or current["__key__"] != key:
+                if current is not None:
+                    yield current
+                current = {"__key__": key, "images": []}
+            if extension.endswith(".npy"):
+                current[extension[:-4]] = np.load(io.BytesIO(data), allow_pickle=False)
+            elif extension.startswith("img"):
+                current["images"].append(data)
+            elif extension == "json":
+                current["json"] = json.loads(data)
+    if current is not None:
+        yield current
+
+
+class ShardMismatch(ValueError):
+    """A shard does not match its manifest entry (count or sha256)."""
+
+
+@dataclasses.dataclass
+class Sample:
+    """One packed sequence read back from a shard."""
+
+    key: str
+    url: str
+    input_ids: np.ndarray
+    segment_ids: np.ndarray
+    positions: np.ndarray
+    images: list[Any]  # PIL images (decoded) or JPEG bytes, in slot order
+    documents: list[dict[str, Any]]
+
+    @property
+    def tokens(self) -> int:
+        """Non-padding tokens."""
+        return int((self.segment_ids > 0).sum())
+
+
+def expand_urls(urls: str | Sequence[str]) -> list[str]:
+    """Expand brace patterns: ``a-{000..002}.tar`` → three URLs.
+
+    >>> expand_urls(["s/c-{000000..000002}.tar", "t/x.tar"])
+    ['s/c-000000.tar', 's/c-000001.tar', 's/c-000002.tar', 't/x.tar']
+    """
+    from braceexpand import braceexpand
+
+    if isinstance(urls, str):
+        urls = [urls]
+    return [expanded for url in urls for expanded in braceexpand(url)]
+
+
+def _join(base: str, name: str) -> str:
+    if "://" in base:
+        return base.rstrip("/") + "/" + name
+    return os.path.join(base, name)
+
+
+def open_url(url: str) -> BinaryIO:
+    """A binary stream for a local path, ``file://`` URL or fsspec URL."""
+    if url.startswith("file://"):
+        url = url[len("file://") :]
+    if "://" not in url:
+        return open(url, "rb")
+    import fsspec
+
+    return fsspec.open(url, "rb").open()
+
+
+def load_manifest(location: str) -> dict[str, Any]:
+    """The manifest of a build: ``location`` is its directory or the file."""
+    url = location if location.endswith(".json") else _join(location, MANIFEST)
+    with open_url(url) as stream:
+        return json.loads(stream.read())
+
+
+def shard_urls(location: str, manifest: dict[str, Any] | None = None) -> list[str]:
+    """The URLs of a build's shards, in order."""
+    manifest = manifest if manifest is not None else load_manifest(location)
+    return [_join(location, shard["path"]) for shard in manifest["shards"]]
+
+
+class BuildInputError(ValueError):
+    """A path that is not a build, its manifest or one of its shards; the
+    message is one line for the user."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildFiles:
+    """What a path names: the build's manifest (``None`` for a shard given
+    without one beside it) and shard paths, in order."""
+
+    manifest: dict[str, Any] | None
+    shards: list[str]
+    whole: bool  # every shard of the build, not one shard given alone
+
+
+_MANIFEST_KEYS = ("image_token_id", "bos_id", "eos_id", "tokens_per_image")
+
+
+def locate(path: str, need_manifest: bool = True) -> BuildFiles:
+    """The manifest and shards of a build directory, a ``manifest.json``, or one
+    shard (whose build's manifest sits beside it, if ``need_manifest``).
+
+    Raises :class:`BuildInputError` for a path that is none of these, a manifest
+    that is not a corpora manifest, or a listed shard that is missing.
+    """
+    if os.path.isdir(path):
+        manifest_path, given = os.path.join(path, MANIFEST), None
+    elif os.path.isfile(path) and path.endswith(".tar"):
+        manifest_path, given = os.path.join(os.path.dirname(os.path.abspath(path)), MANIFEST), path
+    elif os.path.isfile(path):
+        manifest_path, given = path, None
+    else:
+        raise BuildInputError(f"not found: {path}")
+    if not os.path.isfile(manifest_path):
+        if given is not None and not need_manifest:
+            return BuildFiles(None, [given], whole=False)
+        raise BuildInputError(f"no {MANIFEST} in {os.path.dirname(manifest_path) or '.'}")
+    try:
+        manifest = load_manifest(manifest_path)
+        if not isinstance(manifest, dict):
+            raise ValueError("not a JSON object")
+        for key in _MANIFEST_KEYS:
+            int(manifest[key])
+        listed = [shard["path"] for shard in manifest["shards"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BuildInputError(f"not a corpora manifest: {manifest_path} ({exc})") from None
+    if given is not None:
+        return BuildFiles(manifest, [given], whole=[os.path.basename(given)] == listed)
+    shards = shard_urls(os.path.dirname(os.path.abspath(manifest_path)), manifest)
+    for shard in shards:
+        if not os.path.isfile(shard):
+            raise BuildInputError(f"shard listed in the manifest is missing: {shard}")
+    return BuildFiles(manifest, shards, whole=True)
+
+
+def _decode_image(data: bytes):
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(data))
+    image.load()
+    return image
+
+
+def to_sample(raw: dict[str, Any], url: str, decode_images: bool = True) -> Sample:
+    missing = [name for name in ARRAYS if name not in raw]
+    if missing:
+        raise ValueError(f"{url}: sample {raw['__key__']} has no {', '.join(missing)}")
+    images = raw["images"]
+    return Sample(
+        key=raw["__key__"],
+        url=url,
+        input_ids=raw["input_ids"],
+        segment_ids=raw["segment_ids"],
+        positions=raw["positions"],
+        images=[_decode_image(data) for data in images] if decode_images else list(images),
+        documents=list(raw.get("json", {}).get("documents", [])),
+    )
+
+
+def iter_samples(urls: str | Iterable[str], decode_images: bool = True) -> Iterator[Sample]:
+    """The samples of the shards at ``urls`` (brace patterns expand), in order."""
+    for url in expand_urls(list(urls) if not isinstance(urls, str) else urls):
+        with open_url(url) as stream:
+            for raw in iter_tar_samples(stream):
+                yield to_sample(raw, url, decode_images)
+
+
+class _Hashing(io.RawIOBase):
+    def __init__(self, stream: BinaryIO):
+        self._stream = stream
+        self.sha256 = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        data = self._stream.read(len(buffer))
+        buffer[: len(data)] = data
+        self.sha256.update(data)
+        return len(data)
+
+
+def verify_shard(url: str, entry: dict[str, Any]) -> None:
+    """Check a shard against its manifest entry: sample count and sha256.
+    Raises :class:`ShardMismatch` naming the shard and what differs."""
+    with open_url(url) as stream:
+        hashing = _Hashing(stream)
+        count = sum(1 for _ in iter_tar_samples(io.BufferedReader(hashing, 1 << 20)))  # type: ignore[arg-type]
+        while hashing.readinto(bytearray(1 << 20)):  # tar padding after the last member
+            pass
+    if count != entry["samples"]:
+        raise ShardMismatch(f"{url}: {count} samples, the manifest says {entry['samples']}")
+    digest = hashing.sha256.hexdigest()
+    if digest != entry["sha256"]:
+        raise ShardMismatch(f"{url}: sha256 {digest}, the manifest says {entry['sha256']}")
+
+
+def verify_build(location: str) -> list[str]:
+    """Check every shard of a build against its manifest; the problems found
+    (missing or mismatched shards), empty when the build is intact."""
+    manifest = load_manifest(location)
+    problems = []
+    for url, entry in zip(shard_urls(location, manifest), manifest["shards"]):
+        try:
+            verify_shard(url, entry)
+        except (OSError, ShardMismatch) as exc:
+            problems.append(str(exc) if isinstance(exc, ShardMismatch) else f"{url}: {exc}")
+        except Exception as exc:  # a truncated or corrupt tar
+            problems.append(f"{url}: unreadable shard ({exc})")
+    return problems
+
+
+def text_decoder(manifest: dict[str, Any] | None) -> Callable[[Sequence[int]], str] | None:
+    """Token ids → text with the build's tokenizer, or ``None`` when the
+    manifest names no tokenizer that is on this machine."""
+    path = ((manifest or {}).get("tokenizer") or {}).get("path")
+    if not path or not os.path.isfile(path):
+        return None
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor(model_file=path)
+    return lambda ids: processor.decode([int(i) for i in ids])
+
+
+def segment_parts(
+    run, image_token: int | None, tokens_per_image: int, bos: int | None, eos: int | None
+) -> list[tuple]:
+    """One segment's ids as a reader sees them, in order: ``("bos",)``,
+    ``("image", slots)`` per image (adjacent images have adjacent slot runs,
+    each ``tokens_per_image`` long), ``("text", ids)``, ``("eos",)``.
+
+    >>> segment_parts([1, 9, 9, 9, 9, 5, 6, 2], image_token=9, tokens_per_image=2, bos=1, eos=2)
+    [('bos',), ('image', 2), ('image', 2), ('text', [5, 6]), ('eos',)]
+    """
+    parts: list[tuple] = []
+    text: list[int] = []
+    position = 0
+    while position < len(run):
+        token = int(run[position])
+        if token == image_token or token in (bos, eos):
+            if text:
+                parts.append(("text", text))
+                text = []
+        if token == image_token:
+            end = position
+            while (
+                end < len(run)
+                and int(run[end]) == image_token
+                and end - position < tokens_per_image
+            ):
+                end += 1
+            parts.append(("image", end - position))
+            position = end
+            continue
+        if token == bos:
+            parts.append(("bos",))
+        elif token == eos:
+            parts.append(("eos",))
+        else:
+            text.append(token)
+        position += 1
+    if text:
+        parts.append(("text", text))
+    return parts
+
+
+def hf_features(manifest: dict[str, Any]):
+    """The Hugging Face ``datasets`` features of a build's shards.
+
+    Samples hold different numbers of images, and ``load_dataset("webdataset")``
+    infers its schema from the first five samples only; pass these instead::
+
+        load_dataset("webdataset", data_files=urls, features=hf_features(manifest))
+
+    Image columns ``img000.jpg`` … up to ``max_images_per_sample`` are ``None``
+    where a sample holds fewer images.
+    """
+    import datasets
+
+    if not hasattr(datasets, "Json"):
+        raise ImportError(
+            "hf_features needs a datasets release with the Json feature; "
+            f"found {datasets.__version__}"
+        )
+    seq_len = int(manifest["seq_len"])
+    array = datasets.List(datasets.Value("int32"), length=seq_len)
+    features = {f"{name}.npy": array for name in ARRAYS}
+    for i in range(int(manifest["max_images_per_sample"])):
+        features[f"img{i:03d}.jpg"] = datasets.Image()
+    features["json"] = datasets.Json()
+    features["__key__"] = datasets.Value("string")
+    features["__url__"] = datasets.Value("string")
+    return datasets.Features(features)

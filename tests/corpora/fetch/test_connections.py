@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import dataclasses
+import ssl
+
+from corpora.fetch import connections
+from corpora.fetch.connections import ConnectionPool, DnsCache, PinnedHTTPConnection
+from tests.corpora.fetch.common import FAST, fetch_all, fetch_one
+from tests.servers import ImageServer, self_signed_cert
+
+
+def test_dns_answers_are_kept_for_their_ttl():
+    now = [0.0]
+    answers = iter([["198.51.100.1"], ["198.51.100.2"]])
+    lookups = []
+
+    def lookup(host: str, port: int) -> list[str]:
+        lookups.append((host, port))
+        return next(answers)
+
+    cache = DnsCache(ttl=60, clock=lambda: now[0], lookup=lookup)
+    assert cache.resolve("a.example", 80) == ["198.51.100.1"]
+    now[0] = 59.9
+    assert cache.resolve("a.example", 80) == ["198.51.100.1"]  # the answer the guard checked
+    now[0] = 60.0
+    assert cache.resolve("a.example", 80) == ["198.51.100.2"]
+    assert lookups == [("a.example", 80)] * 2
+
+
+def test_the_pool_keeps_at_most_its_limit_of_idle_connections_per_key():
+    pool = ConnectionPool(max_idle_per_key=1)
+    first, second = (PinnedHTTPConnection("h", 80, "192.0.2.1", 1, 1) for _ in range(2))
+    pool.put(("http", "h", 80, "192.0.2.1"), first)
+    pool.put(("http", "h", 80, "192.0.2.1"), second)  # over the limit: closed, not kept
+    assert pool.get(("http", "h", 80, "192.0.2.1")) is first
+    assert pool.get(("http", "h", 80, "192.0.2.1")) is None
+    assert pool.get(("http", "h", 80, "192.0.2.2")) is None
+
+
+def test_requests_share_one_keep_alive_connection(server):
+    settings = dataclasses.replace(FAST, per_host_concurrency=1)
+    urls = [server.url(f"/img/20x20/{i}.jpg") for i in range(10)]
+    assert all(o.ok for o in fetch_all(urls, settings).values())
+    assert server.opened == 1  # ten requests over one keep-alive connection
+
+
+def test_a_pooled_connection_the_server_closed_is_replaced_within_the_attempt(server):
+    settings = dataclasses.replace(FAST, per_host_concurrency=1)
+    urls = [server.url(f"/close/{i}.jpg") for i in range(5)]
+    outcomes = fetch_all(urls, settings)
+    assert [(outcomes[u].reason, outcomes[u].attempts) for u in urls] == [(None, 1)] * 5
+    assert server.opened == 5  # each stale connection was noticed and replaced
+
+
+def test_https_with_an_untrusted_certificate_is_a_tls_error(tmp_path):
+    with ImageServer(tls=self_signed_cert(str(tmp_path))) as https:
+        url = https.url("/img/8x8/a.jpg")
+        assert url.startswith("https://")
+        assert fetch_one(url).reason == "tls_error"
+
+
+def test_https_to_the_pinned_address_verifies_the_host(tmp_path, monkeypatch):
+    cert, key = self_signed_cert(str(tmp_path))
+    monkeypatch.setattr(connections, "SSL_CONTEXT", ssl.create_default_context(cafile=cert))
+    with ImageServer(tls=(cert, key)) as https:
+        outcome = fetch_one(https.url("/img/40x30/secure.jpg"))
+        assert outcome.ok and (outcome.original_width, outcome.original_height) == (40, 30)

@@ -1,0 +1,143 @@
+"""Decode, check, resize and re-encode."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import io
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from corpora.fetch import RESIZE_MODES, process_image
+from tests.corpora.fetch.common import FAST
+from tests.servers import image_bytes, png_header_bomb
+
+NO_RESIZE = dataclasses.replace(FAST, resize_mode="no")
+_WHOLE = image_bytes(256, 256, "cut")
+TRUNCATED = _WHOLE[: len(_WHOLE) * 2 // 3]  # what the server's /truncated route sends
+
+
+def encode(image: Image.Image, fmt: str, **kwargs) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, fmt, **kwargs)
+    return buffer.getvalue()
+
+
+def decoded(result) -> np.ndarray:
+    assert result.reason is None, result
+    return np.asarray(Image.open(io.BytesIO(result.data)).convert("RGB")).astype(int)
+
+
+def test_an_image_is_resized_and_its_original_size_kept():
+    result = process_image(image_bytes(100, 80, "ok"), FAST)
+    assert Image.open(io.BytesIO(result.data)).size == (32, 32)
+    assert (result.width, result.height, result.original_width, result.original_height) == (
+        32,
+        32,
+        100,
+        80,
+    )
+
+
+def test_exif_orientation_is_applied():
+    image = Image.new("RGB", (40, 20), (200, 0, 0))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90° clockwise on display
+    result = process_image(encode(image, "JPEG", exif=exif), NO_RESIZE)
+    assert (result.width, result.height) == (20, 40)
+
+
+def test_cmyk_jpeg_becomes_rgb():
+    image = Image.new("CMYK", (16, 16), (0, 255, 255, 0))  # red in CMYK
+    pixel = decoded(process_image(encode(image, "JPEG"), NO_RESIZE))[8, 8]
+    assert pixel[0] > 200 and pixel[1] < 60 and pixel[2] < 60
+
+
+def test_palette_with_transparency_and_alpha_are_matted_on_white():
+    palette = Image.new("P", (16, 16), 0)
+    palette.putpalette([0, 0, 255] + [0, 0, 0] * 255)
+    rgba = Image.new("RGBA", (16, 16), (255, 0, 0, 0))  # fully transparent red
+
+    def centre(data: bytes) -> list[int]:
+        return decoded(process_image(data, NO_RESIZE))[8, 8].tolist()
+
+    assert centre(encode(palette, "PNG")) == pytest.approx([0, 0, 255], abs=3)  # JPEG is lossy
+    assert centre(encode(palette, "PNG", transparency=0)) == pytest.approx([255] * 3, abs=3)
+    assert centre(encode(rgba, "PNG")) == pytest.approx([255] * 3, abs=3)
+
+
+def test_animated_gif_takes_the_first_frame():
+    frames = [Image.new("RGB", (16, 16), colour) for colour in ((0, 255, 0), (255, 0, 0))]
+    data = encode(frames[0], "GIF", save_all=True, append_images=frames[1:], duration=100)
+    pixel = decoded(process_image(data, NO_RESIZE))[8, 8]
+    assert pixel[1] > 200 and pixel[0] < 60
+
+
+def test_size_and_aspect_checks():
+    settings = dataclasses.replace(FAST, min_image_size=50, max_aspect_ratio=2.0)
+    small = process_image(image_bytes(40, 80, "s"), settings)
+    assert (small.reason, small.original_width, small.original_height) == (
+        "image_too_small",
+        40,
+        80,
+    )
+    assert process_image(image_bytes(300, 100, "a"), settings).reason == "aspect_ratio_above_max"
+    assert process_image(image_bytes(100, 60, "fine"), settings).reason is None
+
+
+def test_a_decompression_bomb_is_refused_from_its_header():
+    result = process_image(png_header_bomb(), FAST)
+    assert result.reason == "too_many_pixels" and "400000000 pixels" in result.detail
+
+
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b"", "empty_body"),
+        (b"<html><body>not an image</body></html>", "not_image"),
+        (TRUNCATED, "decode_error"),
+    ],
+)
+def test_what_is_not_a_whole_image_is_named(data, reason):
+    assert process_image(data, FAST).reason == reason
+
+
+def test_corrupt_image_data_is_a_decode_error():
+    data = bytearray(image_bytes(64, 64, "corrupt", "PNG"))
+    start = data.index(b"IDAT") + 4
+    data[start : start + 40] = b"\x55" * 40  # wreck the compressed pixels (and the chunk's CRC)
+    result = process_image(bytes(data), FAST)
+    assert result.reason == "decode_error" and result.detail
+
+
+def test_resize_modes_and_quality():
+    data = image_bytes(120, 60, "modes")
+    sizes = {
+        mode: (r.width, r.height)
+        for mode in RESIZE_MODES
+        for r in [process_image(data, dataclasses.replace(FAST, resize_mode=mode))]
+    }
+    assert sizes == {
+        "no": (120, 60),
+        "border": (32, 32),
+        "keep_ratio": (64, 32),
+        "keep_ratio_largest": (32, 16),
+        "center_crop": (32, 32),
+    }
+    low = process_image(data, dataclasses.replace(FAST, jpeg_quality=20))
+    high = process_image(data, dataclasses.replace(FAST, jpeg_quality=98))
+    assert len(low.data) < len(high.data)
+
+
+def test_concurrent_decoding_leaves_stdout_and_stderr_alone():
+    # img2dataset's resizer dup2()s /dev/null over fds 1 and 2; from several
+    # decode threads at once that used to leave the process silenced for good.
+    data = image_bytes(300, 200, "race")
+    before = [os.fstat(fd).st_ino for fd in (1, 2)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: process_image(data, FAST), range(200)))
+    assert all(r.reason is None for r in results)
+    assert [os.fstat(fd).st_ino for fd in (1, 2)] == before

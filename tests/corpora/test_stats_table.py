@@ -1,0 +1,28 @@
+from corpora import stats
+from corpora.stats import StatsAccumulator
+from corpora.stats_table import format_table
+from tests.corpora.test_stats import split_corpus
+
+
+def test_format_table_shows_the_headline_figures():
+    acc = StatsAccumulator()
+    for values in split_corpus():
+        acc.add(values)
+    table = format_table(
+        stats.finalize(
+            acc,
+            {
+                "corpus": "mmc4",
+                "seq_len": 64,
+                "tokens_per_image": 2,
+                "funnel": {"unit": "document", "input": 13, "kept": 13},
+            },
+        )
+    )
+    lines = table.splitlines()
+    assert lines[0] == "mmc4: seq_len 64, 2 tokens per image"
+    assert any(
+        line.split()[:4] == ["text", "tokens", "per", "image"] and line.split()[-1] == "122.5"
+        for line in lines
+    )
+    assert any(line.startswith("documents split") and "1 (7.7%)" in line for line in lines)

@@ -1,0 +1,295 @@
+"""The torch-facing loader: static shapes, real images normalised in slot
+order, both objectives' features, exact resume, workers, nodes under
+torch.distributed (gloo), and damaged data skipped and counted."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from corpora import reader
+from tests.helpers import REPO
+from trainer.batch import CLIP_MEAN, CLIP_STD, load_image
+from trainer.features import prefix_bounds, vila_labels
+from trainer.loader import DataConfig, Loader, data_config, smoke_data_config
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.integration,
+    pytest.mark.filterwarnings("ignore:This DataLoader will create"),  # 4 workers on 2 cores
+]
+
+B = 4
+
+
+def _config(builds, sources, **settings) -> DataConfig:
+    settings = {
+        "batch_size": B,
+        "num_workers": 0,
+        "shuffle_buffer": 8,
+        "image_size": 24,
+        **settings,
+    }
+    return data_config([(getattr(builds, n), w) for n, w in sources], **settings)
+
+
+def _take(loader, count: int) -> list[dict[str, torch.Tensor]]:
+    return [batch for _, batch in zip(range(count), loader)]
+
+
+def _same(a: list[dict], b: list[dict]) -> bool:
+    return len(a) == len(b) and all(
+        x.keys() == y.keys()
+        and all(
+            x[k].dtype == y[k].dtype and x[k].numpy().tobytes() == y[k].numpy().tobytes() for k in x
+        )
+        for x, y in zip(a, b)
+    )
+
+
+VILA_KEYS = {"labels": torch.int64, "position_ids": torch.int64}
+PREFIXLM_KEYS = {
+    **{
+        f"{side}_{name}": torch.int64
+        for side, names in (
+            ("encoder", ("input_ids", "segment_ids", "positions")),
+            ("decoder", ("input_ids", "target_ids", "segment_ids", "positions")),
+        )
+        for name in names
+    },
+    "decoder_loss_weights": torch.float32,
+}
+
+
+@pytest.mark.parametrize("objective, extra", [("vila", VILA_KEYS), ("prefixlm", PREFIXLM_KEYS)])
+def test_batches_have_the_contract_shapes_every_time(builds, objective, extra):
+    loader = Loader(_config(builds, [("interleaved", 1), ("c4", 1)], objective=objective))
+    L, M = 640, 3
+    expected = {
+        "input_ids": ((B, L), torch.int64),
+        "segment_ids": ((B, L), torch.int64),
+        "positions": ((B, L), torch.int64),
+        "images": ((B, M, 3, 24, 24), torch.float32),
+        "image_mask": ((B, M), torch.bool),
+        **{k: ((B, L), dtype) for k, dtype in extra.items()},
+    }
+    for batch in _take(loader, 6):
+        assert {k: (tuple(v.shape), v.dtype) for k, v in batch.items()} == expected
+        ids, seg = batch["input_ids"].numpy(), batch["segment_ids"].numpy()
+        slots = (ids == loader.spec.image_token_id).sum(axis=1)
+        assert (batch["image_mask"].sum(dim=1).numpy() * 8 == slots).all()  # one image per run
+        assert not batch["images"][~batch["image_mask"]].any()  # zeros in empty slots
+        if objective == "vila":
+            assert np.array_equal(batch["labels"].numpy(), vila_labels(ids, seg, 300))
+        else:
+            enc_ids = batch["encoder_input_ids"].numpy()
+            assert ((enc_ids == 300).sum(axis=1) == slots).all()  # every image slot in the encoder
+            for row in range(B):
+                bounds = prefix_bounds(ids[row], seg[row], 300)
+                lengths = np.bincount(batch["encoder_segment_ids"][row].numpy())[1:]
+                lengths = [n for n in lengths if n]
+                assert all(lo <= n <= hi for n, (lo, hi) in zip(lengths, bounds))
+
+
+def test_images_are_the_stored_jpegs_resized_and_normalised_in_slot_order(builds):
+    config = _config(builds, [("interleaved", 1)], image_size=(20, 28))
+    loader = Loader(config)
+    (batch, picks), = loader.preview(1)  # fmt: skip
+    first = next(iter(Loader(config)))
+    assert np.array_equal(first["images"].numpy(), batch["images"])  # preview = the loader's batch
+    mean = np.array(CLIP_MEAN, np.float32)[:, None, None]
+    std = np.array(CLIP_STD, np.float32)[:, None, None]
+    for row, (_, sample) in enumerate(picks):
+        stored = {s.key: s for s in reader.iter_samples(sample.url, decode_images=False)}
+        jpegs = stored[sample.key].images
+        assert len(jpegs) == 3
+        for slot, data in enumerate(jpegs):
+            pixels = load_image(data, (20, 28)).transpose(2, 0, 1).astype(np.float32)
+            expected = (pixels / 255.0 - mean) / std
+            np.testing.assert_allclose(batch["images"][row, slot], expected, rtol=1e-5, atol=1e-5)
+        # and the json's images are in the same order as the slot runs
+        hashes = [hashlib.sha256(d).hexdigest() for d in jpegs]
+        assert hashes == [i["sha256"] for d in sample.documents for i in d["images"]]
+
+
+def test_a_c4_row_has_no_images_and_a_text_only_blend_no_image_slots(builds):
+    loader = Loader(_config(builds, [("pairs", 1), ("c4", 1)]))
+    (batch, picks), = loader.preview(1)  # fmt: skip
+    for row, (source, sample) in enumerate(picks):
+        assert bool(batch["image_mask"][row].any()) == (source == 0)
+    text = Loader(_config(builds, [("c4", 1)], image_size=None))
+    batch = next(iter(text))
+    assert text.spec.image_token_id is None
+    assert tuple(batch["images"].shape) == (B, 0, 3, 224, 224)
+    assert tuple(batch["image_mask"].shape) == (B, 0)
+
+
+@pytest.mark.parametrize("workers, stop", [(0, 5), (2, 3)])
+def test_stop_and_resume_gives_the_same_next_batches_byte_for_byte(builds, workers, stop):
+    config = _config(builds, [("pairs", 8), ("c4", 1)], num_workers=workers, objective="prefixlm")
+    straight = _take(Loader(config), stop + 6)
+    interrupted = Loader(config)
+    assert _same(_take(interrupted, stop), straight[:stop])
+    state = json.loads(json.dumps(interrupted.state_dict()))  # fits any checkpoint
+    counters = interrupted.counters
+    resumed = Loader(config)
+    resumed.load_state_dict(state)
+    assert resumed.counters == counters
+    assert _same(_take(resumed, 6), straight[stop:])
+    assert resumed.counters["batches"] == stop + 6
+
+
+def test_one_worker_gives_what_the_calling_process_gives(builds):
+    config = _config(builds, [("interleaved", 1), ("pairs", 1)], weight_unit="images")
+    in_process = _take(Loader(config), 4)
+    worker = _take(Loader(DataConfig(**{**config.__dict__, "num_workers": 1})), 4)
+    assert _same(in_process, worker)
+
+
+def test_a_state_from_another_run_is_refused(builds):
+    config = _config(builds, [("pairs", 1)])
+    loader = Loader(config)
+    _take(loader, 1)
+    state = loader.state_dict()
+    other = Loader(_config(builds, [("pairs", 1)], seed=7))
+    with pytest.raises(ValueError, match="the loader state has seed 0, this loader 7"):
+        other.load_state_dict(state)
+    with pytest.raises(ValueError, match="world_size"):
+        Loader(config, rank=0, world_size=2).load_state_dict(state)
+
+
+def test_counters_sum_per_source_and_a_truncated_shard_is_skipped(builds, tmp_path):
+    build = str(tmp_path / "pairs")
+    shutil.copytree(builds.pairs, build)
+    shard = os.path.join(build, "mmc4-pairs-000004.tar")
+    with open(shard, "r+b") as handle:
+        handle.truncate(os.path.getsize(shard) // 3)
+    loader = Loader(data_config([build], batch_size=B, num_workers=0, shuffle_buffer=0))
+    batches = _take(loader, 40)  # 160 samples: more than two passes over 19 good shards
+    counters = loader.counters
+    assert len(batches) == 40 and counters["samples"] == 160
+    assert counters["shards_skipped"] >= 2 and counters["sources"][build]["samples"] == 160
+    assert counters["sources"][build]["images"] == 160
+
+
+def test_an_image_that_does_not_decode_drops_its_sample_and_is_counted(builds, tmp_path):
+    build = str(tmp_path / "pairs")
+    shutil.copytree(builds.pairs, build)
+    shard = os.path.join(build, "mmc4-pairs-000000.tar")
+    with tarfile.open(shard) as tar:
+        image = next(m for m in tar.getmembers() if m.name.endswith(".jpg"))
+    with open(shard, "r+b") as handle:  # the tar stays valid; the JPEG is noise
+        handle.seek(image.offset_data)
+        handle.write(b"\x00" * image.size)
+    loader = Loader(data_config([build], batch_size=B, num_workers=0, shuffle_buffer=0))
+    _take(loader, 30)  # two passes
+    counters = loader.counters
+    assert counters["samples_skipped"] == 2 and counters["samples"] == 120
+    per_build = counters["sources"][build]
+    assert per_build["samples"] == per_build["images"] == 120  # what the batches hold
+
+
+DISTRIBUTED = textwrap.dedent(
+    """
+    import hashlib, json, sys
+    import torch.distributed as dist
+    from trainer.loader import Loader, data_config
+
+    rank, port, build, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    config = data_config([build], batch_size=4, num_workers=2, shuffle_buffer=4, image_size=8)
+    loader = Loader(config, rank=dist.get_rank(), world_size=dist.get_world_size())
+    seen = []
+    for _, batch in zip(range(12), loader):
+        seen += [hashlib.sha256(row.numpy().tobytes()).hexdigest() for row in batch["input_ids"]]
+    everyone = [None, None]
+    dist.all_gather_object(everyone, seen)
+    if rank == 0:
+        json.dump(everyone, open(out, "w"))
+    dist.destroy_process_group()
+    """
+)
+
+
+def test_two_nodes_under_torch_distributed_read_disjoint_shards(builds, tmp_path):
+    script = tmp_path / "node.py"
+    script.write_text(DISTRIBUTED)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    out = str(tmp_path / "seen.json")
+    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    nodes = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(rank), port, builds.pairs, out],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    for node in nodes:
+        _, err = node.communicate(timeout=300)
+        assert node.returncode == 0, err
+    shard_of = {
+        hashlib.sha256(s.input_ids.astype(np.int64).tobytes()).hexdigest(): s.url
+        for s in reader.iter_samples(reader.shard_urls(builds.pairs), decode_images=False)
+    }
+    seen = json.load(open(out))
+    shards = [{shard_of[h] for h in rows} for rows in seen]
+    assert all(len(rows) == 48 for rows in seen)
+    assert shards[0] and shards[1] and not shards[0] & shards[1]
+    assert len(shards[0] | shards[1]) == 20  # 48 samples each cover both nodes' 10 shards
+
+
+def test_the_smoke_config_reads_a_build_where_corpora_build_smoke_puts_it(builds, tmp_path):
+    # `corpora build mmc4-pairs --smoke` writes ./corpora-out/mmc4-pairs (tests/cli builds it)
+    shutil.copytree(builds.pairs, tmp_path / "corpora-out" / "mmc4-pairs")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        loader = Loader(smoke_data_config())
+        batch = next(iter(loader))
+    finally:
+        os.chdir(cwd)
+    assert tuple(batch["images"].shape) == (2, 1, 3, 64, 64) and batch["image_mask"].all()
+
+
+def test_builds_are_read_over_http_and_fsspec_urls_as_from_disk(builds):
+    import functools
+    import http.server
+    import threading
+
+    import fsspec
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=builds.root)
+    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    memory = fsspec.filesystem("memory")
+    for name in os.listdir(builds.c4):
+        if name.endswith((".tar", ".json")):
+            memory.pipe(f"/c4-copy/{name}", open(os.path.join(builds.c4, name), "rb").read())
+    try:
+        remote = [
+            (f"http://127.0.0.1:{server.server_address[1]}/pairs", 8),
+            ("memory://c4-copy", 1),
+        ]
+        settings = {"batch_size": B, "num_workers": 0, "shuffle_buffer": 8, "image_size": 24}
+        over_urls = _take(Loader(data_config(remote, **settings)), 3)
+        from_disk = _take(Loader(_config(builds, [("pairs", 8), ("c4", 1)])), 3)
+    finally:
+        server.shutdown()
+        memory.rm("/c4-copy", recursive=True)
+    assert _same(over_urls, from_disk)

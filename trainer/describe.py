@@ -1,0 +1,151 @@
+"""Readable views of batches and of a blend's mix (``corpora train data``).
+
+A row of a batch is shown by document: which build and sample it came from,
+where each document's tokens and image slots lie, where its loss falls (VILA)
+or where the encoder/decoder cut falls (PrefixLM), and which image fills
+which slot of ``images``. Positions are inclusive ranges:
+
+    >>> ranges([0, 1, 2, 5, 7, 8])
+    '0-2, 5, 7-8'
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from corpora import reader
+from trainer.blend import DataSpec, Source
+from trainer.features import IGNORE, document_runs
+
+
+def ranges(indices: Sequence[int] | np.ndarray) -> str:
+    """Sorted positions as inclusive ranges; ``-`` when there are none."""
+    values = [int(i) for i in indices]
+    if not values:
+        return "-"
+    out, start, last = [], values[0], values[0]
+    for value in values[1:] + [None]:  # type: ignore[list-item]
+        if value is not None and value == last + 1:
+            last = value
+            continue
+        out.append(str(start) if start == last else f"{start}-{last}")
+        if value is not None:
+            start = last = value
+    return ", ".join(out)
+
+
+def describe_spec(spec: DataSpec, sources: Sequence[Source], unit: str, image_size) -> str:
+    """The blend's shared settings and each build, with the weights."""
+    if spec.image_token_id is None:
+        images = "text only"
+    else:
+        h, w = spec.image_size or (0, 0)
+        images = (
+            f"image token {spec.image_token_id} x {spec.tokens_per_image} slots, "
+            f"stored {h}x{w}, batched {image_size[0]}x{image_size[1]}, "
+            f"at most {spec.max_images} a sample"
+        )
+    lines = [
+        f"Blend of {len(sources)} build(s) by {unit}: seq_len {spec.seq_len}, "
+        f"pad_id {spec.pad_id}, vocab {spec.vocab_size}, {images}"
+    ]
+    for source in sources:
+        totals = source.manifest["totals"]
+        lines.append(
+            f"  weight {source.weight:g}  {source.location}  ({source.manifest['corpus']}: "
+            f"{len(source.shards)} shards, {totals['samples']} samples, {totals['images']} images)"
+        )
+    return "\n".join(lines)
+
+
+def describe_batch(
+    number: int,
+    batch: dict[str, np.ndarray],
+    picks: Sequence[tuple[int, reader.Sample]],
+    spec: DataSpec,
+    names: Sequence[str],
+) -> str:
+    """One batch, row by row (see the module docstring)."""
+    real = int((batch["segment_ids"] > 0).sum())
+    lines = [
+        f"Batch {number}: {real} of {batch['segment_ids'].size} tokens real, "
+        f"{int(batch['image_mask'].sum())} of {batch['image_mask'].size} image slots filled"
+    ]
+    if number == 0:  # the shapes never change
+        shapes = [f"{k} {list(v.shape)} {v.dtype}" for k, v in batch.items()]
+        lines += ["  " + ", ".join(shapes[i : i + 3]) for i in range(0, len(shapes), 3)]
+    for row, (source, sample) in enumerate(picks):
+        lines.append(f"  row {row}: {sample.key} from {names[source]}")
+        lines += _describe_row(batch, row, sample, spec)
+    return "\n".join(lines)
+
+
+def _describe_row(
+    batch: dict[str, np.ndarray], row: int, sample: reader.Sample, spec: DataSpec
+) -> list[str]:
+    ids, segments = batch["input_ids"][row], batch["segment_ids"][row]
+    entries = {entry.get("segment"): entry for entry in sample.documents}
+    lines: list[str] = []
+    image = 0
+    for segment, start, end in document_runs(segments):
+        entry: dict[str, Any] = entries.get(segment, {})
+        slots = (
+            np.flatnonzero(ids[start:end] == spec.image_token_id) + start
+            if spec.image_token_id is not None
+            else np.array([], int)
+        )
+        count = len(slots) // spec.tokens_per_image if spec.tokens_per_image else 0
+        held = ""
+        if count:
+            which = f"image {image}" if count == 1 else f"images {image}-{image + count - 1}"
+            held = f", {which} at {ranges(slots)}"
+        image += count
+        lines.append(f"    doc {segment} {entry.get('id', '?')}: tokens {start}-{end - 1}{held}")
+        if "labels" in batch:
+            targets = np.flatnonzero(batch["labels"][row][start:end] != IGNORE) + start
+            lines.append(f"      labels (next text token) at {ranges(targets)}")
+        if "encoder_segment_ids" in batch:
+            prefix = int((batch["encoder_segment_ids"][row] == segment).sum())
+            rest = int((batch["decoder_segment_ids"][row] == segment).sum())
+            cut = start + prefix
+            encoder = f"encoder {ranges(range(start, cut))} ({prefix} tokens, bidirectional)"
+            decoder = f"decoder {ranges(range(cut, end))} ({rest} target{'s' * (rest != 1)})"
+            lines.append(f"      {encoder}, {decoder if rest else 'decoder: nothing'}")
+    padding = np.flatnonzero(segments == 0)
+    if padding.size:
+        lines.append(f"    padding {ranges(padding)}")
+    described = []
+    stored = [image for entry in sorted(sample.documents, key=lambda e: e.get("segment", 0))
+              for image in entry.get("images", [])]  # fmt: skip
+    for slot, filled in enumerate(batch["image_mask"][row]):
+        if filled:
+            name = stored[slot]["url"].rsplit("/", 1)[-1] if slot < len(stored) else "?"
+            described.append(f"[{slot}] {name}")
+        else:
+            described.append(f"[{slot}] empty")
+    if described:
+        lines.append("    images: " + " ".join(described))
+    return lines
+
+
+def describe_mix(
+    counts: dict[str, dict[str, int]], sources: Sequence[Source], unit: str, samples: int
+) -> str:
+    """The measured shares of each build in ``unit`` against the asked ones."""
+    total_weight = sum(s.weight for s in sources)
+    total = sum(counts[s.location][unit if unit != "examples" else "samples"] for s in sources)
+    lines = [
+        f"Mix over {samples} samples (by {unit}):",
+        f"  {'build':40} {'samples':>8} {'images':>8} {'tokens':>10} {'share':>7} {'asked':>7}",
+    ]
+    for source in sources:
+        count = counts[source.location]
+        mass = count[unit if unit != "examples" else "samples"]
+        share = mass / total if total else 0.0
+        lines.append(
+            f"  {source.location[-40:]:40} {count['samples']:>8} {count['images']:>8} "
+            f"{count['tokens']:>10} {share:>7.1%} {source.weight / total_weight:>7.1%}"
+        )
+    return "\n".join(lines)
