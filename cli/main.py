@@ -17,12 +17,14 @@ import click
 from cli import fetch_options
 from corpora import catalog
 from corpora import settings as build_settings
-from corpora.clip import (
-    DOCUMENT_CORPORA as DOCUMENT_CLIP_CORPORA,
-)  # scored image x sentence; images re-placed
+from corpora.spec import CLIP_DOCUMENTS, CLIP_PAIRS, CorpusSpec
 from pipelines.runners import ENVIRONMENTS, RUNNERS, RunnerError, RunnerSettings, pipeline_options
 
-CLIP_CORPORA = ("coyo", "mmc4-pairs", "wit", "mmc4", "mmc4-reordered")
+DOCUMENT_CLIP_CORPORA = catalog.clip_corpora(CLIP_DOCUMENTS)  # image x sentence; images re-placed
+CLIP_CORPORA = catalog.clip_corpora(CLIP_PAIRS) + DOCUMENT_CLIP_CORPORA
+CORPUS_OPTIONS = {
+    name: tuple(option.name for option in spec.options) for name, spec in catalog.CORPORA.items()
+}
 
 
 class UsageFailure(click.ClickException):
@@ -98,7 +100,7 @@ def _clip_settings(model, pretrained, **options):
     return settings
 
 
-def resolve_inputs(inputs: tuple[str, ...], spec: catalog.CorpusSpec) -> tuple[str, ...]:
+def resolve_inputs(inputs: tuple[str, ...], spec: CorpusSpec) -> tuple[str, ...]:
     """Expand directories to the corpus's file patterns; check each input matches
     files that can be opened."""
     from pipelines import storage
@@ -130,7 +132,7 @@ def resolve_inputs(inputs: tuple[str, ...], spec: catalog.CorpusSpec) -> tuple[s
     return tuple(resolved)
 
 
-def check_inputs(settings, spec: catalog.CorpusSpec) -> None:
+def check_inputs(settings, spec: CorpusSpec) -> None:
     """Run the corpus's input check on every input file (a COYO parquet must
     have the columns the build reads): exit 2 naming the file."""
     from apache_beam.io.filesystem import CompressionTypes
@@ -473,12 +475,10 @@ def build(
     if output is None:
         output = os.path.join("corpora-out", corpus)
     if not inputs:
-        if not corpus.startswith("mmc4"):
+        if spec.sample is None:
             raise UsageFailure(f"--input is required for {corpus} (the bundled sample is MMC4)")
-        from corpora.sample import materialize_sample
-
         # A fixed place, so that re-running the command resumes the same build.
-        inputs = (materialize_sample(os.path.join(tempfile.gettempdir(), "corpora-sample")),)
+        inputs = (spec.sample(os.path.join(tempfile.gettempdir(), "corpora-sample")),)
         click.echo(f"No --input given: building the bundled sample corpus ({inputs[0]})")
     inputs = resolve_inputs(tuple(inputs), spec)
     if "://" not in output:
@@ -491,33 +491,30 @@ def build(
         )
     if (
         fetch_flags["fetch_max_aspect_ratio"] is not None
-        and "max_aspect_ratio" in build_settings.CORPUS_OPTIONS[corpus]
+        and "max_aspect_ratio" in CORPUS_OPTIONS[corpus]
     ):
         # one flag, checked twice: on the source's own width/height before any download (coyo),
         # and on the decoded image
         corpus_flags["max_aspect_ratio"] = fetch_flags["fetch_max_aspect_ratio"]
-    known = {name for names in build_settings.CORPUS_OPTIONS.values() for name in names}
+    known = {name for names in CORPUS_OPTIONS.values() for name in names}
     if set(corpus_flags) - known:  # a build option added to the decorators but not to the signature
         raise RuntimeError(
             f"build options not mapped onto settings: {sorted(set(corpus_flags) - known)}"
         )
     corpus_options = {name: value for name, value in corpus_flags.items() if value is not None}
     for name in corpus_options:
-        if name not in build_settings.CORPUS_OPTIONS[corpus]:
+        if name not in CORPUS_OPTIONS[corpus]:
             if name == "min_clip_sim":
                 raise UsageFailure(
                     "--min-clip-sim needs --clip-model (without it, only coyo has precomputed scores)"
                 )
-            users = [
-                c for c, names in sorted(build_settings.CORPUS_OPTIONS.items()) if name in names
-            ]
+            users = [c for c, names in sorted(CORPUS_OPTIONS.items()) if name in names]
             raise UsageFailure(
                 f"--{name.replace('_', '-')} does not apply to {corpus} (only to {', '.join(users)})"
             )
-    if "languages" in corpus_options:
-        corpus_options["languages"] = tuple(corpus_options["languages"].split(","))
     try:
-        settings = build_settings.BUILDERS[corpus](
+        settings = build_settings.corpus_settings(
+            corpus,
             inputs,
             output,
             tokenizer=tokenizer,

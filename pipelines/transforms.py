@@ -18,10 +18,10 @@ from apache_beam.metrics import Metrics
 
 from corpora import fetch, pack, shards, stats
 from corpora.accounting import read_failure_urls
-from corpora.catalog import CorpusSpec
 from corpora.progress import Progress
 from corpora.record import Document, Drop, stable_hash
 from corpora.settings import BuildSettings
+from corpora.spec import CorpusSpec
 from corpora.tokenize import TokenizedDocument, Tokenizer, tokenize_document
 from pipelines import resume
 

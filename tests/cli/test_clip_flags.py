@@ -21,7 +21,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 def sample_pairs_fetched(directory: str) -> dict[str, tuple[bytes, str]]:
     """id → (image bytes after fetch with the smoke settings, text) for the bundled sample."""
     path = materialize_sample(directory)
-    settings = build_settings.smoke(build_settings.mmc4_pairs((path,), directory))
+    settings = build_settings.smoke(
+        build_settings.corpus_settings("mmc4-pairs", (path,), directory)
+    )
     pairs = {}
     with open(path, "rb") as stream:
         for record in catalog.get("mmc4-pairs").read(stream, path, settings):
@@ -107,7 +109,8 @@ def test_build_scores_filters_and_saves_embeddings(tiny_clip, tmp_path):  # noqa
         ("no-pretrained", "corpora: --clip-model needs --clip-pretrained"),
         (
             "no-model",
-            "corpora: --min-clip-sim needs --clip-model (without it, only coyo has precomputed scores)",
+            "corpora: --min-clip-sim needs --clip-model "
+            "(without it, only coyo has precomputed scores)",
         ),
         ("bad-fraction", "corpora: --clip-top-fraction must be in (0, 1], got 0.0"),
     ],
@@ -163,9 +166,9 @@ def test_bad_clip_flags_exit_2_with_one_line(tiny_clip, tmp_path, case, message)
 @pytest.mark.slow
 @pytest.mark.integration
 def test_mmc4_build_places_images_before_the_sentences_clip_chose(
-    tiny_clip,
+    tiny_clip,  # noqa: F811
     tmp_path,
-    image_server,  # noqa: F811
+    image_server,
     tokenizer_path,
 ):
     import hashlib
@@ -258,7 +261,7 @@ def test_document_corpora_refuse_pair_only_clip_flags(tiny_clip, tmp_path, corpu
     )
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [
-        f"corpora: {flag} applies to pair corpora (coyo, mmc4-pairs, wit), not to {corpus} documents "
-        "(use --min-clip-sim to remove their low-scoring images)"
+        f"corpora: {flag} applies to pair corpora (coyo, mmc4-pairs, wit), "
+        f"not to {corpus} documents (use --min-clip-sim to remove their low-scoring images)"
     ]
     assert not os.path.exists(tmp_path / "out")

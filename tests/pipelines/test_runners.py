@@ -21,7 +21,7 @@ from apache_beam.options.pipeline_options import (
 )
 
 from corpora.sample import materialize_sample
-from corpora.settings import mmc4_pairs
+from corpora.settings import corpus_settings
 from pipelines.launch import execute
 from pipelines.runners import PYPROJECT, RunnerError, RunnerSettings, pipeline_options
 from tests.beam_services import job_service, worker_pool
@@ -255,7 +255,9 @@ def test_portable_runner_builds_the_same_bytes_as_the_direct_runner(
 @pytest.mark.slow
 def test_dataflow_job_is_built_offline_with_the_package_staged(tmp_path):
     docs = materialize_sample(str(tmp_path / "sample"))
-    settings = mmc4_pairs((docs,), "gs://fake-bucket/mmc4-pairs", seq_len=64, tokens_per_image=4)
+    settings = corpus_settings(
+        "mmc4-pairs", (docs,), "gs://fake-bucket/mmc4-pairs", seq_len=64, tokens_per_image=4
+    )
     runner = RunnerSettings(
         runner="DataflowRunner",
         project="fake-project",
@@ -300,7 +302,9 @@ def test_dataflow_job_is_built_offline_with_the_package_staged(tmp_path):
 
 @pytest.mark.slow
 def test_dataflow_options_are_validated_before_anything_runs(tmp_path):
-    settings = mmc4_pairs(("x.jsonl",), str(tmp_path / "out"), seq_len=64, tokens_per_image=4)
+    settings = corpus_settings(
+        "mmc4-pairs", ("x.jsonl",), str(tmp_path / "out"), seq_len=64, tokens_per_image=4
+    )
     runner = RunnerSettings(
         runner="DataflowRunner",
         project="Not A Project!",

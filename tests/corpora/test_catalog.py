@@ -1,18 +1,19 @@
-"""Issue 3's catalog entries: each corpus's reader, filter and layout wired
-as the docs say, and the examples in the new modules' docstrings hold."""
+"""The catalog: every spec of the source modules, each corpus's reader, filter
+and layout wired as the docs say, and the examples in the modules' docstrings hold."""
 
 import doctest
 import io
 
 import pytest
 
-from corpora import assign, catalog, filters, layouts, settings
+from corpora import assign, catalog, filters, layouts
 from corpora.record import Document, Drop
+from corpora.settings import corpus_settings
 from corpora.sources import c4, coyo, mmc4, wit
 from tests import fixtures
 
 
-@pytest.mark.parametrize("module", [assign, filters, layouts, c4, coyo, mmc4, wit])
+@pytest.mark.parametrize("module", [assign, catalog, filters, layouts, c4, coyo, mmc4, wit])
 def test_docstring_examples(module):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
@@ -25,19 +26,21 @@ def read_all(name, data: bytes, path: str, built) -> list:
 def test_mmc4_pairs_uses_the_reassigned_matches():
     line = fixtures.mmc4_lines()[3].encode()  # upstream matched both images to sentence 0
     s = fixtures.SENTENCES
-    plain = read_all("mmc4-pairs", line, "docs.jsonl", settings.mmc4_pairs((), "out"))
+    plain = read_all("mmc4-pairs", line, "docs.jsonl", corpus_settings("mmc4-pairs", (), "out"))
     assert [p.chunks[1].text for p in plain] == [s[0], s[0]]
     fixed = read_all(
-        "mmc4-pairs", line, "docs.jsonl", settings.mmc4_pairs((), "out", reassign=True)
+        "mmc4-pairs", line, "docs.jsonl", corpus_settings("mmc4-pairs", (), "out", reassign=True)
     )
     assert [p.chunks[1].text for p in fixed] == [s[1], s[0]]
 
 
 def test_mmc4_and_reordered_share_reader_and_filter_but_not_layout():
-    lines = b"\n".join(l if isinstance(l, bytes) else l.encode() for l in fixtures.mmc4_lines())
+    lines = b"\n".join(
+        line if isinstance(line, bytes) else line.encode() for line in fixtures.mmc4_lines()
+    )
     for name in ("mmc4", "mmc4-reordered"):
         spec = catalog.get(name)
-        built = settings.BUILDERS[name]((), "out")
+        built = corpus_settings(name, (), "out")
         results = read_all(name, lines, "docs.jsonl", built)
         assert (
             len(results) == 10 and spec.unit == "document" and spec.drop_on_image_failure is False
@@ -55,7 +58,7 @@ def test_mmc4_and_reordered_share_reader_and_filter_but_not_layout():
 
 def test_coyo_filter_runs_on_the_reader_records(tmp_path):
     path = fixtures.write_coyo_parquet(str(tmp_path / "part-0.parquet"), fixtures.coyo_rows())
-    spec, built = catalog.get("coyo"), settings.coyo((), "out")
+    spec, built = catalog.get("coyo"), corpus_settings("coyo", (), "out")
     with open(path, "rb") as stream:
         docs = [r for r in spec.read(stream, path, built) if isinstance(r, Document)]
     outcomes = [spec.metadata_filter(d, built) for d in docs]
