@@ -74,6 +74,9 @@ class BuildSettings:
         return settings
 
 
+DEFAULTS = BuildSettings(corpus="", inputs=(), output="")  # what a flag left out keeps
+
+
 def corpus_settings(corpus: str, inputs: Sequence[str], output: str, **given: Any) -> BuildSettings:
     """The settings of a build of ``corpus``: its options by name (the others as
     its spec's defaults, see :mod:`corpora.catalog`) and any other field of

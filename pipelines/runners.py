@@ -58,7 +58,8 @@ class RunnerSettings:
             raise RunnerError(f"workers must be at least 1, got {self.workers}")
         if self.environment_type is not None and self.environment_type.upper() not in ENVIRONMENTS:
             raise RunnerError(
-                f"unknown environment type {self.environment_type!r}; one of: {', '.join(ENVIRONMENTS)}"
+                f"unknown environment type {self.environment_type!r}; "
+                f"one of: {', '.join(ENVIRONMENTS)}"
             )
         needs = {
             "PortableRunner": {"--job-endpoint": self.job_endpoint},
@@ -114,6 +115,31 @@ class RunnerSettings:
     def local(self) -> bool:
         """Whether the workers share this machine's disk (progress can look at it)."""
         return self.runner == "DirectRunner" or self.environment_type == "LOOPBACK"
+
+
+RUNNER_FLAGS = tuple(
+    field.name for field in dataclasses.fields(RunnerSettings) if field.name != "beam_args"
+)
+
+
+def runner_settings_from_flags(beam_args: Sequence[str] = (), **flags) -> RunnerSettings:
+    """The runner flags of ``corpora build`` (named as :data:`RUNNER_FLAGS`; left
+    out or ``None``: the default) and the Beam options after ``--``.
+
+    A DirectRunner build uses every core unless ``workers`` says otherwise;
+    remote runners size their own workers.
+
+    >>> runner_settings_from_flags(runner="DataflowRunner", project="p", region="r",
+    ...                            temp_location="gs://b/tmp").workers
+    1
+    """
+    unknown = sorted(set(flags) - set(RUNNER_FLAGS))
+    if unknown:
+        raise RunnerError(f"no such runner flag: {unknown[0]}")
+    given = {name: value for name, value in flags.items() if value is not None}
+    runner = given.setdefault("runner", "DirectRunner")
+    given.setdefault("workers", (os.cpu_count() or 1) if runner == "DirectRunner" else 1)
+    return RunnerSettings(**given, beam_args=tuple(beam_args))
 
 
 def _stages_package(settings: RunnerSettings) -> bool:
@@ -188,6 +214,17 @@ def pipeline_options(
         if settings.workers > 1 and not any("direct_running_mode" in a for a in settings.beam_args):
             direct.direct_running_mode = "multi_processing"
     return options
+
+
+def use_filesystems(settings: RunnerSettings, verbose: bool = False) -> None:
+    """Give this process's FileSystems the run's options (an s3 endpoint and
+    keys), so that inputs can be checked before the pipeline starts."""
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        FileSystems.set_options(pipeline_options(settings, verbose=verbose))
+    except SystemExit:  # Beam's argparse exits on a malformed option
+        raise RunnerError("invalid Beam options after --") from None
 
 
 def make_runner(options: PipelineOptions):

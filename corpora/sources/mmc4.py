@@ -236,7 +236,7 @@ DOCUMENT_OPTIONS = (
         "max_images",
         int,
         6,  # VILA's
-        "at most this many images per document (VILA: 6; 0: no limit).",
+        "at most this many images per document (0: no limit; VILA uses 6).",
         check=in_range("--max-images", 0, None, "must be at least 0 (0: no limit)"),
         store=zero_is_off,
     ),

@@ -11,6 +11,7 @@ from corpora.record import Document, Drop
 from corpora.settings import corpus_settings
 from corpora.sources import c4, coyo, mmc4, wit
 from tests import fixtures
+from tests.helpers import load_manifest, read_tar, run_cli
 
 
 @pytest.mark.parametrize("module", [assign, catalog, filters, layouts, c4, coyo, mmc4, wit])
@@ -76,3 +77,109 @@ def test_coyo_filter_runs_on_the_reader_records(tmp_path):
     assert sorted(o.reason for o in outcomes if isinstance(o, Drop)) == [
         "clip_similarity_below_min"
     ] * 4 + ["missing_clip_similarity"]
+
+
+# A corpus added from outside: one module, registered the way corpora/sources/ is.
+TOY_MODULE = '''
+"""A toy corpus: one [image, caption] pair per line of ``URL<TAB>caption``."""
+
+from corpora.io import iter_lines
+from corpora.record import Document, Drop, ImageChunk, TextChunk, stable_id
+from corpora.spec import CLIP_PAIRS, CorpusSpec, Option
+
+
+def read(stream, path, settings):
+    for line, raw in iter_lines(stream, path):
+        url, _, caption = raw.decode("utf-8").partition("\\t")
+        if not caption.strip():
+            yield Drop("empty_caption", f"{path}:{line}")
+            continue
+        chunks = (ImageChunk(url), TextChunk(caption.strip()))
+        yield Document("toy-" + stable_id(url), settings.corpus, chunks, meta={"line": line})
+
+
+def enough_words(doc, settings):
+    if len(doc.texts[0].text.split()) < settings.corpus_options["min_words"]:
+        return Drop("too_few_words", doc.id)
+    return doc
+
+
+SPECS = (
+    CorpusSpec(
+        name="toy",
+        summary="a toy corpus of image URLs and captions, one pair per line",
+        unit="pair",
+        read=read,
+        input_patterns=("*.tsv",),
+        options=(Option("min_words", int, 1, "drop pairs whose caption has fewer words."),),
+        metadata_filter=enough_words,
+        clip=CLIP_PAIRS,
+    ),
+)
+'''
+
+
+@pytest.fixture
+def toy_package(tmp_path):
+    package = tmp_path / "packages" / "toy_sources"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text('"""Corpora of the toy project."""\n')
+    (package / "toy.py").write_text(TOY_MODULE)
+    return {"PYTHONPATH": str(tmp_path / "packages"), catalog.SOURCES_ENV: "toy_sources"}
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_corpus_added_by_one_spec_file_builds_end_to_end(toy_package, tmp_path, image_server):
+    listed = run_cli("list", env=toy_package)
+    assert listed.returncode == 0, listed.stderr
+    assert "toy             a toy corpus of image URLs and captions" in listed.stdout
+    assert "--min-words" in run_cli("build", "--help", env=toy_package).stdout
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    lines = [
+        (image_server.url("/img/64x48/kite.jpg"), "A red kite over the beach."),
+        (image_server.url("/img/64x48/gull.jpg"), "Gulls."),  # one word: fewer than 3
+        (image_server.url("/status/404"), "An image that is gone."),
+        (image_server.url("/img/64x48/none.jpg"), "  "),
+        (image_server.url("/img/48x64/cat.jpg"), "The cat sleeps on the windowsill."),
+    ]
+    (inputs / "pairs.tsv").write_text("".join(f"{url}\t{text}\n" for url, text in lines))
+    output = str(tmp_path / "out")
+    result = run_cli(
+        "build",
+        "toy",
+        "--input",
+        str(inputs),  # a directory: the spec's input patterns
+        "--output",
+        output,
+        "--min-words",
+        "3",
+        "--smoke",
+        "--workers",
+        "1",
+        "--allow-private-urls",
+        env=toy_package,
+    )
+    assert result.returncode == 0, result.stderr
+    manifest = load_manifest(output)
+    assert manifest["funnel"] == {
+        "unit": "pair",
+        "input": 5,
+        "kept": 2,
+        "dropped": {"too_few_words": 1, "http_404": 1, "empty_caption": 1},
+    }
+    assert manifest["settings"]["corpus_options"] == {"min_words": 3}
+    samples = [s for shard in manifest["shards"] for s in read_tar(f"{output}/{shard['path']}")]
+    documents = [d for s in samples for d in s["json"]["documents"]]
+    assert sorted(d["corpus"] for d in documents) == ["toy", "toy"]
+    assert sorted(d["images"][0]["url"].rsplit("/", 1)[1] for d in documents) == [
+        "cat.jpg",
+        "kite.jpg",
+    ]
+    assert sum(m.startswith("img") for s in samples for m in s["__members__"]) == 2
+
+    refused = run_cli("build", "c4", "--input", str(inputs), "--min-words", "2", env=toy_package)
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == "corpora: --min-words does not apply to c4 (only to toy)"
