@@ -3,6 +3,7 @@ and layout wired as the docs say, and the examples in the modules' docstrings ho
 
 import doctest
 import io
+import os
 
 import pytest
 
@@ -11,7 +12,7 @@ from corpora.record import Document, Drop
 from corpora.settings import corpus_settings
 from corpora.sources import c4, coyo, mmc4, wit
 from tests import fixtures
-from tests.helpers import load_manifest, read_tar, run_cli
+from tests.helpers import REPO, load_manifest, read_tar, run_cli
 
 
 @pytest.mark.parametrize("module", [assign, catalog, filters, layouts, c4, coyo, mmc4, wit])
@@ -79,44 +80,11 @@ def test_coyo_filter_runs_on_the_reader_records(tmp_path):
     ] * 4 + ["missing_clip_similarity"]
 
 
-# A corpus added from outside: one module, registered the way corpora/sources/ is.
-TOY_MODULE = '''
-"""A toy corpus: one [image, caption] pair per line of ``URL<TAB>caption``."""
-
-from corpora.io import iter_lines
-from corpora.record import Document, Drop, ImageChunk, TextChunk, stable_id
-from corpora.spec import CLIP_PAIRS, CorpusSpec, Option
-
-
-def read(stream, path, settings):
-    for line, raw in iter_lines(stream, path):
-        url, _, caption = raw.decode("utf-8").partition("\\t")
-        if not caption.strip():
-            yield Drop("empty_caption", f"{path}:{line}")
-            continue
-        chunks = (ImageChunk(url), TextChunk(caption.strip()))
-        yield Document("toy-" + stable_id(url), settings.corpus, chunks, meta={"line": line})
-
-
-def enough_words(doc, settings):
-    if len(doc.texts[0].text.split()) < settings.corpus_options["min_words"]:
-        return Drop("too_few_words", doc.id)
-    return doc
-
-
-SPECS = (
-    CorpusSpec(
-        name="toy",
-        summary="a toy corpus of image URLs and captions, one pair per line",
-        unit="pair",
-        read=read,
-        input_patterns=("*.tsv",),
-        options=(Option("min_words", int, 1, "drop pairs whose caption has fewer words."),),
-        metadata_filter=enough_words,
-        clip=CLIP_PAIRS,
-    ),
-)
-'''
+def toy_module() -> str:
+    """The example module of docs/corpora.md's "Adding a corpus", as the page shows it."""
+    with open(os.path.join(REPO, "docs", "corpora.md"), encoding="utf-8") as handle:
+        section = handle.read().split("\n## Adding a corpus\n", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 
 @pytest.fixture
@@ -124,7 +92,7 @@ def toy_package(tmp_path):
     package = tmp_path / "packages" / "toy_sources"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text('"""Corpora of the toy project."""\n')
-    (package / "toy.py").write_text(TOY_MODULE)
+    (package / "toy.py").write_text(toy_module())
     return {"PYTHONPATH": str(tmp_path / "packages"), catalog.SOURCES_ENV: "toy_sources"}
 
 
