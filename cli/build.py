@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import click
 
 from cli.common import UsageFailure, usage_errors
+from cli.quiet import only_corpora_lines
 from corpora.flags import FlagError, describe_clip, settings_from_flags
 from corpora.io import InputError
 from pipelines.runners import (
@@ -49,7 +50,7 @@ def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str,
     if settings.corpus_options:
         click.echo("  " + ", ".join(f"{k}={v}" for k, v in settings.corpus_options.items()))
     try:
-        with usage_errors(SettingsChanged, RunnerError):
+        with usage_errors(SettingsChanged, RunnerError), only_corpora_lines(not verbose):
             outcome = execute(
                 settings,
                 runner,

@@ -9,15 +9,15 @@ the file); 1 when the pipeline fails.
 
 from __future__ import annotations
 
-import logging
 import sys
 
 import click
 
 from cli import build as build_command
-from cli.common import UsageFailure, usage_errors
+from cli.common import OneLineGroup, UsageFailure, usage_errors
 from cli.corpus_options import corpus_options, help_for
 from cli.fetch_options import fetch_options
+from cli.quiet import configure_logging
 from corpora import catalog
 from corpora.clip import DEVICES, ClipSettings
 from corpora.fetch import RESIZE_MODES
@@ -28,14 +28,13 @@ from corpora.tokenizer_train import MODEL_TYPES
 from pipelines.runners import ENVIRONMENTS, RUNNERS
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-v", "--verbose", is_flag=True, help="Show Beam's logs.")
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Show the logs and warnings of Beam and other libraries."
+)
 def cli(verbose: bool) -> None:
     """Build multimodal pretraining corpora as token-packed WebDataset shards."""
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.ERROR,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(verbose)
 
 
 @cli.command("list")
@@ -46,7 +45,7 @@ def list_corpora() -> None:
         click.echo(f"{name:<{width}}  {spec.summary}")
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+@cli.command()
 @click.argument("corpus", type=click.Choice(list(catalog.CORPORA)))
 @click.option(
     "--input",
@@ -94,7 +93,7 @@ def list_corpora() -> None:
     "--pack-groups",
     type=click.IntRange(1),
     default=None,
-    help="Documents are packed in this many independent groups (by id hash). "
+    help="Documents are packed in this many independent groups (by a stable hash of each). "
     "Default: one per 100,000 documents.",
 )
 @click.option(
@@ -138,6 +137,14 @@ def list_corpora() -> None:
     help="Spark/Flink: a local Beam job-server jar, for clusters without Maven access.",
 )
 @click.option(
+    "--custom-beam-option",
+    "custom_options",
+    multiple=True,
+    metavar="NAME",
+    help="An option of your own PipelineOptions, passed after -- to Beam unchecked "
+    "(any other option there must be one Beam knows for the runner). Repeatable.",
+)
+@click.option(
     "--overwrite",
     is_flag=True,
     help="Replace an output built with other settings (otherwise refused; same settings resume).",
@@ -145,8 +152,8 @@ def list_corpora() -> None:
 @click.option(
     "--progress-every",
     type=click.FloatRange(0),
-    default=None,
-    show_default=f"{PROGRESS_EVERY:g}",
+    default=PROGRESS_EVERY,
+    show_default=True,
     help="Seconds between progress lines on local builds, the build's and each fetch "
     "worker's (URLs done, success rate, images/s); 0: none.",
 )
@@ -205,7 +212,8 @@ def list_corpora() -> None:
 def build(corpus, beam_args, overwrite, **flags):
     """Build CORPUS into WebDataset shards plus manifest.json.
 
-    Beam pipeline options go after `--`, e.g. `-- --direct_running_mode=multi_threading`.
+    Beam pipeline options go after `--`, e.g. `-- --direct_running_mode=multi_threading`;
+    each must be an option Beam knows for the runner (see --custom-beam-option).
     """
     build_command.run(corpus, beam_args, overwrite, flags)
 

@@ -16,7 +16,8 @@ COMMAND_ONLY = {"corpus", "beam_args", "overwrite"}  # arguments of the command 
 
 def parse(*args: str) -> dict:
     """The parameters click hands to ``build`` for ``corpora build ARGS``, defaults included."""
-    with build.make_context("build", list(args)) as context:
+    parent = click.Context(cli, info_name="corpora", **cli.context_settings)  # as `corpora` runs it
+    with build.make_context("build", list(args), parent=parent) as context:
         return dict(context.params)
 
 
