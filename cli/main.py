@@ -330,9 +330,9 @@ def report(path, output, samples):
     click.echo(f"Wrote {written}")
 
 
-def main() -> None:
-    cli(prog_name="corpora")
-
+# The entry point (pyproject.toml: corpora = "cli.main:main") is the group itself, so
+# that commands defined in modules of their own join it here: main.add_command(...).
+main = cli
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="corpora")
