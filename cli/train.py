@@ -9,12 +9,7 @@ import logging
 
 import click
 
-
-def _failure(message: str) -> click.ClickException:
-    # cli.main imports this module: import its one-line exit-2 error when a command runs.
-    from cli.main import UsageFailure
-
-    return UsageFailure(message)
+from cli.common import UsageFailure
 
 
 def parse_source(value: str) -> tuple[str, float]:
@@ -150,7 +145,7 @@ def data(
             counts = loader.measure_mix(mix_samples)
             click.echo(describe_mix(counts, loader.sources, weight_unit, mix_samples))
     except (DataError, ValueError) as exc:
-        raise _failure(str(exc)) from None
+        raise UsageFailure(str(exc)) from None
 
 
 @train.command("energon-prepare")
@@ -168,7 +163,7 @@ def energon_prepare(build):
     try:
         written = write_energon_meta(build)
     except (DataError, OSError) as exc:
-        raise _failure(str(exc)) from None
+        raise UsageFailure(str(exc)) from None
     indexes = sum(1 for path in written if path.endswith(".tar.idx"))
     click.echo(
         f"Wrote {indexes} .tar.idx file(s) and {build.rstrip('/')}/.nv-meta/ "
