@@ -30,7 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from corpora.settings import mmc4_pairs  # noqa: E402
+from corpora.settings import corpus_settings  # noqa: E402
 from pipelines.launch import execute  # noqa: E402
 from pipelines.runners import RunnerSettings  # noqa: E402
 from tests.generated import mmc4_documents, write_mmc4  # noqa: E402
@@ -65,7 +65,8 @@ def _run(
 ) -> tuple[float, float, dict]:
     shutil.rmtree(output, ignore_errors=True)
     overrides = {"tokenizer": tokenizer} if tokenizer else {}
-    settings = mmc4_pairs(
+    settings = corpus_settings(
+        "mmc4-pairs",
         (docs_path,),
         output,
         seq_len=2048,
@@ -157,7 +158,8 @@ def main() -> None:
         else "n/a (noise)"
     )
     print(
-        f"baseline (1 worker): {base['steady_pairs_per_s']} pairs/s, {base['pairs_per_cpu_second']} pairs per "
+        f"baseline (1 worker): {base['steady_pairs_per_s']} pairs/s, "
+        f"{base['pairs_per_cpu_second']} pairs per "
         f"CPU-second; {args.workers} workers: {comparison['steady_pairs_per_s']} pairs/s, "
         f"{comparison['pairs_per_cpu_second']} pairs per CPU-second; ratio {ratio} "
         f"on {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}"

@@ -12,14 +12,8 @@ import sys
 
 import click
 
+from cli.common import UsageFailure
 from trainer.config import PROJECTORS, SIZES
-
-
-def _failure(message: str) -> click.ClickException:
-    # cli.main imports this module: import its one-line exit-2 error when a command runs.
-    from cli.main import UsageFailure
-
-    return UsageFailure(message)
 
 
 def parse_source(value: str) -> tuple[str, float]:
@@ -155,7 +149,7 @@ def data(
             counts = loader.measure_mix(mix_samples)
             click.echo(describe_mix(counts, loader.sources, weight_unit, mix_samples))
     except (DataError, ValueError) as exc:
-        raise _failure(str(exc)) from None
+        raise UsageFailure(str(exc)) from None
 
 
 @train.command("energon-prepare")
@@ -173,7 +167,7 @@ def energon_prepare(build):
     try:
         written = write_energon_meta(build)
     except (DataError, OSError) as exc:
-        raise _failure(str(exc)) from None
+        raise UsageFailure(str(exc)) from None
     indexes = sum(1 for path in written if path.endswith(".tar.idx"))
     click.echo(
         f"Wrote {indexes} .tar.idx file(s) and {build.rstrip('/')}/.nv-meta/ "
@@ -315,7 +309,7 @@ def _train_config(flags: dict, optim):
     from trainer.config import smoke, train_config
 
     if flags["steps"] is None and not flags["smoke"]:
-        raise _failure("--steps is required (or --smoke)")
+        raise UsageFailure("--steps is required (or --smoke)")
     changes = {
         name: flags[name] for name in ("lr", "warmup", "weight_decay") if flags[name] is not None
     }
@@ -363,7 +357,7 @@ def _run(model_config, make_config, flags: dict) -> None:
         ImportError,
     ) as exc:  # bad settings, blends, paths: one line
         message = str(exc).strip().splitlines()
-        raise _failure(message[0] if message else type(exc).__name__) from None
+        raise UsageFailure(message[0] if message else type(exc).__name__) from None
     except KeyboardInterrupt:
         click.echo("corpora: training interrupted", err=True)
         sys.exit(130)
@@ -403,7 +397,7 @@ def prefixlm(size, image_size, **flags):
         try:
             return prefixlm_config("tiny" if flags["smoke"] else size, **changes)
         except ConfigError as exc:
-            raise _failure(str(exc)) from None
+            raise UsageFailure(str(exc)) from None
 
     _run(model_config, functools.partial(_train_config, flags, prefixlm_optim()), flags)
 

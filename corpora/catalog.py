@@ -1,194 +1,101 @@
-"""The corpora `corpora build` knows, and how each is read and laid out.
+"""The corpora `corpora build` knows: every spec found in the source packages.
 
-A :class:`CorpusSpec` ties a corpus name to its source reader and its layout.
-``read(stream, path, settings)`` yields the corpus's records (and drops with
-reasons) from one input file; every record it yields is one unit of the
-funnel. Stages after it keep, change or drop records one for one.
+Every module of ``corpora/sources/`` that defines ``SPECS`` (a tuple of
+:class:`corpora.spec.CorpusSpec`) adds its corpora; adding a corpus is adding
+such a module, nothing else. Packages outside this repository are searched
+the same way when the environment variable ``CORPORA_SOURCES`` names them
+(comma-separated importable package names; the workers of a build must be
+able to import them too).
+
+>>> sorted(CORPORA)
+['c4', 'coyo', 'mmc4', 'mmc4-pairs', 'mmc4-reordered', 'wit']
+>>> get("mmc4").unit, get("mmc4").clip
+('document', 'documents')
+>>> option_users("reassign")
+('mmc4', 'mmc4-pairs', 'mmc4-reordered')
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, BinaryIO, Callable, Iterator, Mapping, Union
+import importlib
+import os
+import pkgutil
+from typing import Iterable
 
-from corpora import filters, layouts
-from corpora.inputs import iter_lines
-from corpora.record import Document, Drop
-from corpora.settings import BuildSettings
-from corpora.sources import c4, coyo, mmc4, wit
+from corpora.spec import CorpusSpec, Option
 
-Reader = Callable[[BinaryIO, str, BuildSettings], Iterator[Document | Drop]]
-Stage = Callable[[Document, BuildSettings], Union[Document, Drop]]
+BUILTIN_SOURCES = "corpora.sources"
+SOURCES_ENV = "CORPORA_SOURCES"
 
 
-@dataclasses.dataclass(frozen=True)
-class CorpusSpec:
-    name: str
-    summary: str
-    unit: str
-    read: Reader
-    # A record whose image cannot be fetched is dropped (pairs), rather than
-    # losing just that image (interleaved documents).
-    drop_on_image_failure: bool = True
-    input_patterns: tuple[str, ...] = ()
-    # Before any download: (record, settings) -> record or Drop (corpora.filters).
-    metadata_filter: Stage | None = None
-    # After fetching: (record, settings) -> record or Drop (corpora.layouts).
-    layout: Stage | None = None
-    # (stream, path, settings) -> None, raising InputError for a file that cannot
-    # be this corpus (a parquet without a required column); the CLI runs it on
-    # every input before building and exits 2 naming the file.
-    check_input: Callable[[BinaryIO, str, BuildSettings], None] | None = None
+def source_packages() -> tuple[str, ...]:
+    """The packages searched for specs: the built-in one, then ``CORPORA_SOURCES``'s."""
+    named = (name.strip() for name in os.environ.get(SOURCES_ENV, "").split(","))
+    return (BUILTIN_SOURCES, *(name for name in named if name and name != BUILTIN_SOURCES))
 
 
-def read_mmc4_pairs(
-    stream: BinaryIO, path: str, settings: BuildSettings
-) -> Iterator[Document | Drop]:
-    for line_number, raw in iter_lines(stream, path):
-        parsed = mmc4.parse_line(raw, path, line_number)
-        if not isinstance(parsed, Drop) and settings.corpus_options.get("reassign"):
-            parsed = mmc4.reassign(parsed)
-        if isinstance(parsed, Drop):
-            yield parsed
-        else:
-            yield from layouts.mmc4_pairs(parsed, settings.corpus)
+def discover(packages: Iterable[str]) -> dict[str, CorpusSpec]:
+    """Every spec of every module of ``packages``, by corpus name (sorted)."""
+    found: dict[str, tuple[CorpusSpec, str]] = {}
+    for package_name in packages:
+        try:
+            package = importlib.import_module(package_name)
+        except ImportError as exc:
+            raise ImportError(
+                f"{SOURCES_ENV} names {package_name}, which cannot be imported: {exc}"
+            )
+        for module_info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+            module_name = f"{package_name}.{module_info.name}"
+            module = importlib.import_module(module_name)
+            for spec in getattr(module, "SPECS", ()):
+                if spec.name in found:
+                    raise ValueError(
+                        f"corpus {spec.name} is defined twice: in {found[spec.name][1]} "
+                        f"and {module_name}"
+                    )
+                found[spec.name] = (spec, module_name)
+    corpora = {name: found[name][0] for name in sorted(found)}
+    _check_shared_options(corpora)
+    return corpora
 
 
-def read_mmc4_documents(
-    stream: BinaryIO, path: str, settings: BuildSettings
-) -> Iterator[Document | Drop]:
-    """One record per MMC4 document (``mmc4``, ``mmc4-reordered``)."""
-    reassign = bool(settings.corpus_options.get("reassign"))
-    for line_number, raw in iter_lines(stream, path):
-        parsed = mmc4.parse_line(raw, path, line_number)
-        yield (
-            parsed
-            if isinstance(parsed, Drop)
-            else layouts.mmc4_document(parsed, settings.corpus, reassign)
-        )
+def _check_shared_options(corpora: dict[str, CorpusSpec]) -> None:
+    # One flag serves every corpus with an option of its name, so they must agree.
+    seen: dict[str, tuple[Option, str]] = {}
+    for name, spec in corpora.items():
+        for option in spec.options:
+            first = seen.setdefault(option.name, (option, name))
+            if first[0] != option:
+                raise ValueError(
+                    f"option {option.flag} is declared differently by {first[1]} and {name}"
+                )
 
 
-def read_coyo(stream: BinaryIO, path: str, settings: BuildSettings) -> Iterator[Document | Drop]:
-    return coyo.read(stream, path, settings.corpus, coyo_required_columns(settings))
-
-
-def coyo_required_columns(settings: BuildSettings) -> tuple[str, ...]:
-    """``id``, ``url``, ``text`` and the columns the chosen filters read."""
-    options = settings.corpus_options
-    columns = list(coyo.REQUIRED)
-    if options.get("min_clip_sim") is not None or options.get("top_fraction") is not None:
-        columns += ["clip_similarity_vitb32", "clip_similarity_vitl14"]
-    if options.get("max_nsfw") is not None:
-        columns += ["nsfw_score_opennsfw2", "nsfw_score_gantman"]
-    if options.get("min_size") or options.get("max_aspect_ratio") is not None:
-        columns += ["width", "height"]
-    return tuple(columns)
-
-
-def check_coyo(stream: BinaryIO, path: str, settings: BuildSettings) -> None:
-    coyo.check(stream, path, coyo_required_columns(settings))
-
-
-def read_c4(stream: BinaryIO, path: str, settings: BuildSettings) -> Iterator[Document | Drop]:
-    return c4.read(stream, path, settings.corpus)
-
-
-def read_wit(stream: BinaryIO, path: str, settings: BuildSettings) -> Iterator[Document | Drop]:
-    options = settings.corpus_options
-    return wit.read(
-        stream,
-        path,
-        options.get("caption", "reference"),
-        bool(options.get("with_context")),
-        settings.corpus,
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class _WithOptions:
-    """A core function of (record, corpus options) as a stage of (record, settings)."""
-
-    function: Callable[[Document, Mapping[str, Any]], Union[Document, Drop]]
-
-    def __call__(self, doc: Document, settings: BuildSettings) -> Document | Drop:
-        return self.function(doc, settings.corpus_options)
-
-
-@dataclasses.dataclass(frozen=True)
-class _KeepImageless:
-    """A layout of (record, keep_imageless) as a stage of (record, settings)."""
-
-    function: Callable[[Document, bool], Union[Document, Drop]]
-
-    def __call__(self, doc: Document, settings: BuildSettings) -> Document | Drop:
-        return self.function(doc, bool(settings.corpus_options.get("keep_imageless")))
-
-
-def check_wit(stream: BinaryIO, path: str, settings: BuildSettings) -> None:
-    wit.check(stream, path)
-
-
-CORPORA: dict[str, CorpusSpec] = {
-    spec.name: spec
-    for spec in (
-        CorpusSpec(
-            name="mmc4-pairs",
-            summary="MMC4 split into (image, matched sentence) pairs: VILA's pseudo-interleaved ablation",
-            unit="pair",
-            read=read_mmc4_pairs,
-            input_patterns=("*.jsonl", "*.jsonl.gz", "*.jsonl.zip"),
-        ),
-        CorpusSpec(
-            name="coyo",
-            summary="COYO-700M image/alt-text pairs (parquet), filtered on CLIP similarity as in VILA's COYO-25M",
-            unit="pair",
-            read=read_coyo,
-            input_patterns=("*.parquet",),
-            metadata_filter=_WithOptions(filters.coyo_filter),
-            check_input=check_coyo,
-        ),
-        CorpusSpec(
-            name="mmc4",
-            summary="MMC4 interleaved documents, each image before its matched sentence (VILA, OpenFlamingo)",
-            unit="document",
-            read=read_mmc4_documents,
-            drop_on_image_failure=False,
-            input_patterns=("*.jsonl", "*.jsonl.gz", "*.jsonl.zip"),
-            metadata_filter=_WithOptions(filters.mmc4_filter),
-            layout=_KeepImageless(layouts.mmc4_interleaved),
-        ),
-        CorpusSpec(
-            name="mmc4-reordered",
-            summary="MMC4 with all images first, then all sentences: VILA's reordering ablation",
-            unit="document",
-            read=read_mmc4_documents,
-            drop_on_image_failure=False,
-            input_patterns=("*.jsonl", "*.jsonl.gz", "*.jsonl.zip"),
-            metadata_filter=_WithOptions(filters.mmc4_filter),
-            layout=_KeepImageless(layouts.mmc4_reordered),
-        ),
-        CorpusSpec(
-            name="c4",
-            summary="C4 web text (json.gz), text only: the text corpus of SimVLM's pairs+C4 blend",
-            unit="document",
-            read=read_c4,
-            input_patterns=("*.json.gz", "*.jsonl.gz", "*.json", "*.jsonl"),
-        ),
-        CorpusSpec(
-            name="wit",
-            summary="WIT Wikipedia image/caption pairs (tsv.gz), caption and languages chosen by flags",
-            unit="pair",
-            read=read_wit,
-            input_patterns=("*.tsv.gz", "*.tsv"),
-            metadata_filter=_WithOptions(filters.wit_filter),
-            check_input=check_wit,
-        ),
-    )
-}
+CORPORA: dict[str, CorpusSpec] = discover(source_packages())
 
 
 def get(name: str) -> CorpusSpec:
     try:
         return CORPORA[name]
     except KeyError:
-        raise KeyError(f"unknown corpus {name!r}; one of: {', '.join(sorted(CORPORA))}") from None
+        raise KeyError(f"unknown corpus {name!r}; one of: {', '.join(CORPORA)}") from None
+
+
+def options() -> dict[str, Option]:
+    """Every corpus option of the catalog by name, in order of first appearance."""
+    found: dict[str, Option] = {}
+    for spec in CORPORA.values():
+        for option in spec.options:
+            found.setdefault(option.name, option)
+    return found
+
+
+def option_users(name: str) -> tuple[str, ...]:
+    """The corpora that take the option ``name``."""
+    return tuple(corpus for corpus, spec in CORPORA.items() if spec.option(name) is not None)
+
+
+def clip_corpora(use: str) -> tuple[str, ...]:
+    """The corpora the CLIP stage scores as ``use`` (:data:`corpora.spec.CLIP_PAIRS` or
+    :data:`corpora.spec.CLIP_DOCUMENTS`)."""
+    return tuple(corpus for corpus, spec in CORPORA.items() if spec.clip == use)

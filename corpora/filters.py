@@ -23,6 +23,7 @@ MMC4_CORE = {
     "similarity": 0.25,
     "min_fraction_similar": 0.75,
 }
+PRESETS = {"core": MMC4_CORE}  # --preset NAME
 
 
 def coyo_filter(doc: Document, options: Mapping[str, Any]) -> Document | Drop:
@@ -107,8 +108,8 @@ def mmc4_filter(doc: Document, options: Mapping[str, Any]) -> Document | Drop:
     >>> mmc4_filter(doc, {"min_sim": 0.5}).reason
     'no_images_after_filter'
     """
-    if options.get("preset") == "core":
-        core = MMC4_CORE
+    if options.get("preset") is not None:
+        core = PRESETS[options["preset"]]
         sentences, images = doc.meta.get("sentences", 0), doc.meta.get("images", 0)
         if not core["min_sentences"] <= sentences <= core["max_sentences"]:
             return Drop(

@@ -9,10 +9,12 @@ enters as one, dropped with its reason).
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from corpora.record import Document, Drop, ImageChunk, TextChunk, stable_id
-from corpora.sources.mmc4 import Mmc4Document
+
+if TYPE_CHECKING:  # corpora.sources.mmc4 imports this module for its specs
+    from corpora.sources.mmc4 import Mmc4Document
 
 
 def pair_id(document_id: str, image_index: int) -> str:
@@ -22,7 +24,7 @@ def pair_id(document_id: str, image_index: int) -> str:
 def mmc4_pairs(doc: Mmc4Document, corpus: str = "mmc4-pairs") -> Iterator[Document | Drop]:
     """One record per image: the image, then its matched sentence.
 
-    >>> from corpora.sources.mmc4 import Mmc4Image
+    >>> from corpora.sources.mmc4 import Mmc4Document, Mmc4Image
     >>> doc = Mmc4Document("d", "http://page", ("a.", "b.", "c."),
     ...     (Mmc4Image("http://i/1.jpg", 2, 0.3), Mmc4Image("http://i/2.jpg", 0, 0.2)))
     >>> [[c.kind for c in r.chunks] + [r.chunks[1].text] for r in mmc4_pairs(doc)]
@@ -88,7 +90,7 @@ def mmc4_document(
     (:func:`corpora.assign.assign_images`); otherwise the upstream
     ``matched_text_index`` must be a one-to-one assignment into ``text_list``.
 
-    >>> from corpora.sources.mmc4 import Mmc4Image
+    >>> from corpora.sources.mmc4 import Mmc4Document, Mmc4Image
     >>> doc = Mmc4Document("d", "http://page", ("a.", "b.", "c."),
     ...     (Mmc4Image("http://i/1.jpg", 2, 0.3), Mmc4Image("http://i/2.jpg", 0, 0.2)))
     >>> [c.text if c.kind == "text" else c.url for c in mmc4_document(doc).chunks]

@@ -12,7 +12,7 @@ goes into the open sequence with the least room that still holds it, or a new
 one. After each buffer only the ``max_open`` sequences with the most room stay
 open; the others are emitted. Memory is bounded by the buffer and the open
 sequences however long the input, and the output depends only on the order
-of the input (the pipeline feeds documents in id order).
+of the input (a build feeds each group's documents in key order).
 
 A document longer than ``seq_len`` is split into pieces at chunk boundaries;
 a text chunk is cut mid-text only when it does not fit in the room left in the
@@ -23,7 +23,8 @@ from 0.
 
 The split and placement are planned on lightweight :class:`PieceRef` metadata
 (document key, piece bounds), so an engine can plan a group of documents
-without holding their images and join the bytes back by key.
+without holding their images and join the bytes back by key:
+:mod:`corpora.pack_groups` plans a build's packing that way, group by group.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import hashlib
+import itertools
 from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -40,9 +42,7 @@ from corpora.tokenizer import Span, TokenizedDocument
 
 DEFAULT_BUFFER_SIZE = 10_000
 DEFAULT_MAX_OPEN = 512
-# Documents per packing group when the build does not fix the number of groups:
-# a group's plan (metadata only, ~100 bytes a document) is held by one worker.
-DOCS_PER_PACK_GROUP = 100_000
+EMPTY_DOCUMENT = "empty_document"  # the drop reason of a document with no tokens
 
 
 class PackingError(ValueError):
@@ -84,6 +84,23 @@ class PackedSequence:
     positions: np.ndarray
     images: tuple[bytes, ...]
     documents: tuple[dict[str, Any], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentPlan:
+    """A document's key and the pieces it is cut into: no bytes."""
+
+    key: str
+    pieces: tuple[PieceRef, ...]
+
+    @property
+    def record_id(self) -> str:
+        return self.key.rpartition("#")[0]
+
+    @property
+    def empty(self) -> bool:
+        """No tokens at all: nothing to pack (dropped as ``empty_document``)."""
+        return all(piece.length == 0 for piece in self.pieces)
 
 
 def doc_key(doc: TokenizedDocument) -> str:
@@ -144,6 +161,12 @@ def plan_document(key: str, length: int, spans: Sequence[Span], seq_len: int) ->
     ]
 
 
+def plan_pieces(doc: TokenizedDocument, seq_len: int) -> DocumentPlan:
+    """A document's :func:`doc_key` and its pieces (:func:`plan_document`)."""
+    key = doc_key(doc)
+    return DocumentPlan(key, tuple(plan_document(key, doc.length, doc.spans, seq_len)))
+
+
 def cut_piece(doc: TokenizedDocument, ref: PieceRef) -> Piece:
     """Materialise ``ref`` from ``doc``: its ids, its images and its ``json`` entry."""
     if ref.count == 1:  # the whole document: no slicing, no filtering
@@ -176,7 +199,7 @@ def cut_piece(doc: TokenizedDocument, ref: PieceRef) -> Piece:
 
 def split_document(doc: TokenizedDocument, seq_len: int) -> list[Piece]:
     """The pieces of ``doc``, each at most ``seq_len`` tokens."""
-    return [cut_piece(doc, ref) for ref in plan_document(doc.id, doc.length, doc.spans, seq_len)]
+    return [cut_piece(doc, ref) for ref in plan_pieces(doc, seq_len).pieces]
 
 
 def assemble(pieces: Sequence[Piece], seq_len: int, pad_id: int) -> PackedSequence:
@@ -198,6 +221,18 @@ def assemble(pieces: Sequence[Piece], seq_len: int, pad_id: int) -> PackedSequen
         images.extend(img.data or b"" for img in piece.images)
         documents.append({**piece.entry, "segment": segment})
     return PackedSequence(input_ids, segment_ids, positions, tuple(images), tuple(documents))
+
+
+def assemble_sequences(
+    placed: Iterable[tuple[int, int, Piece]], seq_len: int, pad_id: int
+) -> list[tuple[int, PackedSequence]]:
+    """``(number, slot, piece)`` triples, in any order, as the sequences they
+    make: ``(number, sequence)`` in number order, pieces in slot order."""
+    ordered = sorted(placed, key=lambda item: (item[0], item[1]))
+    return [
+        (number, assemble([piece for _, _, piece in group], seq_len, pad_id))
+        for number, group in itertools.groupby(ordered, key=lambda item: item[0])
+    ]
 
 
 class BestFitPacker:
@@ -300,8 +335,10 @@ def pack(
         >>> import numpy as np
         >>> from corpora.tokenizer import Span, TokenizedDocument
         >>> def doc(name, ids):
-        ...     spans = (Span("bos", 0, 1), Span("text", 1, len(ids) - 1), Span("eos", len(ids) - 1, len(ids)))
-        ...     return TokenizedDocument(name, "c", np.array(ids, np.int32), spans, (), {"id": name})
+        ...     n = len(ids)
+        ...     spans = (Span("bos", 0, 1), Span("text", 1, n - 1), Span("eos", n - 1, n))
+        ...     ids = np.array(ids, np.int32)
+        ...     return TokenizedDocument(name, "c", ids, spans, (), {"id": name})
         >>> a, b, c = doc("A", [1, 5, 6, 2]), doc("B", [1, 7, 7, 7, 2]), doc("C", [1, 9, 9, 2])
         >>> for s in pack([a, b, c], seq_len=8, pad_id=0):
         ...     print(s.input_ids, s.segment_ids, s.positions, [d["id"] for d in s.documents])
@@ -314,11 +351,13 @@ def pack(
     held: dict[str, list] = {}  # key -> [document, pieces not yet emitted]
 
     def refs() -> Iterator[PieceRef]:
-        for number, doc in enumerate(docs):
-            key = f"{doc.id}#{number:012d}"  # unique even where ids repeat; sorts by id first
-            pieces = plan_document(key, doc.length, doc.spans, seq_len)
-            held[key] = [doc, len(pieces)]
-            yield from pieces
+        for doc in docs:
+            plan = plan_pieces(doc, seq_len)
+            if plan.empty:
+                raise PackingError(f"document {doc.id!r} has no tokens ({EMPTY_DOCUMENT})")
+            # documents with one key are byte-identical: either stands for both
+            held.setdefault(plan.key, [doc, 0])[1] += len(plan.pieces)
+            yield from plan.pieces
 
     for bin_refs in pack_plan(refs(), seq_len, packed, buffer_size, max_open):
         pieces = []
@@ -329,32 +368,6 @@ def pack(
             if entry[1] == 0:
                 del held[ref.key]
         yield assemble(pieces, seq_len, pad_id)
-
-
-def pack_group_count(documents: int, pack_groups: int | None = None) -> int:
-    """How many independent packing groups a build of ``documents`` uses:
-    ``pack_groups`` if set, else one per ``DOCS_PER_PACK_GROUP`` documents.
-    Either way it depends only on the input, never on the workers.
-
-    >>> pack_group_count(0), pack_group_count(100_000), pack_group_count(100_001), pack_group_count(10, 4)
-    (1, 1, 2, 4)
-    """
-    if pack_groups is not None:
-        return pack_groups
-    return max(1, -(-documents // DOCS_PER_PACK_GROUP))
-
-
-def group_offsets(counts: dict[int, int]) -> dict[int, int]:
-    """Global number of each group's first sequence: groups in order.
-
-    >>> group_offsets({2: 5, 0: 3, 1: 0})
-    {0: 0, 1: 3, 2: 3}
-    """
-    offsets, total = {}, 0
-    for group in sorted(counts):
-        offsets[group] = total
-        total += counts[group]
-    return offsets
 
 
 def pack_greedy(

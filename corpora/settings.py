@@ -1,14 +1,16 @@
-"""Build settings: frozen dataclasses built by one function per corpus.
+"""Build settings: a frozen dataclass, built for a corpus by :func:`corpus_settings`.
 
-The CLI maps flags onto these; it holds no logic. Every field ends up in the
-manifest, so a build records everything that shaped its output.
+The corpus's options come from its spec (:mod:`corpora.spec`); the CLI's flags
+are mapped onto these settings by :func:`corpora.flags.settings_from_flags`.
+Every field ends up in the manifest, so a build records everything that
+shaped its output.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from corpora.clip import ClipSettings
 from corpora.fetch import FetchSettings
@@ -28,7 +30,7 @@ class BuildSettings:
     image_token_id: int | None = None
     pad_id: int | None = None
     samples_per_shard: int = 1000
-    pack_groups: int | None = None  # None: one group per pack.DOCS_PER_PACK_GROUP documents
+    pack_groups: int | None = None  # None: one per pack_groups.DOCS_PER_PACK_GROUP documents
     pack: bool = True  # False: one document (or piece of one) per sample
     fetch: FetchSettings = FetchSettings(image_size=336)
     corpus_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -41,7 +43,8 @@ class BuildSettings:
             raise ValueError(f"tokens_per_image must be at least 1, got {self.tokens_per_image}")
         if self.tokens_per_image + 2 > self.seq_len:
             raise ValueError(
-                f"an image ({self.tokens_per_image} tokens) plus BOS/EOS must fit in seq_len={self.seq_len}"
+                f"an image ({self.tokens_per_image} tokens) plus BOS/EOS must fit in "
+                f"seq_len={self.seq_len}"
             )
         if self.samples_per_shard < 1:
             raise ValueError("samples_per_shard must be at least 1")
@@ -71,143 +74,35 @@ class BuildSettings:
         return settings
 
 
-def mmc4_pairs(
-    inputs: tuple[str, ...], output: str, reassign: bool = False, **overrides: Any
-) -> BuildSettings:
-    """VILA's pseudo-interleaved MMC4 ablation: one (image, matched sentence) per record."""
-    overrides.setdefault("corpus_options", {"reassign": bool(reassign)})
-    return BuildSettings(corpus="mmc4-pairs", inputs=inputs, output=output, **overrides)
+DEFAULTS = BuildSettings(corpus="", inputs=(), output="")  # what a flag left out keeps
 
 
-def coyo(
-    inputs: tuple[str, ...],
-    output: str,
-    min_clip_sim: float | None = 0.6,
-    max_nsfw: float | None = None,
-    min_size: int = 0,
-    max_aspect_ratio: float | None = None,
-    top_fraction: float | None = None,
-    **overrides: Any,
-) -> BuildSettings:
-    """COYO-700M as ``[image, alt-text]`` pairs. ``min_clip_sim`` 0.6 on
-    ``clip_similarity_vitb32 + clip_similarity_vitl14`` is VILA's COYO-25M
-    threshold; ``None`` keeps every row. ``top_fraction`` then keeps that
-    fraction of the rows left, ranked by the same sum over the whole corpus
-    (ties broken by id), before any download."""
-    if top_fraction is not None and not 0 < top_fraction <= 1:
-        raise ValueError(f"--top-fraction must be in (0, 1], got {top_fraction}")
-    if min_clip_sim is not None and not 0 <= min_clip_sim <= 2:
-        raise ValueError(
-            f"--min-clip-sim is a sum of two cosine similarities, 0..2; got {min_clip_sim}"
-        )
-    if max_nsfw is not None and not 0 <= max_nsfw <= 1:
-        raise ValueError(f"--max-nsfw is a probability, 0..1; got {max_nsfw}")
-    if min_size < 0:
-        raise ValueError(f"--min-size must be at least 0, got {min_size}")
-    if max_aspect_ratio is not None and max_aspect_ratio < 1:
-        raise ValueError(f"--max-aspect-ratio must be at least 1, got {max_aspect_ratio}")
-    options = {
-        "min_clip_sim": min_clip_sim or None,
-        "max_nsfw": max_nsfw,
-        "min_size": min_size,
-        "max_aspect_ratio": max_aspect_ratio,
-        "top_fraction": top_fraction,
-    }
+def corpus_settings(corpus: str, inputs: Sequence[str], output: str, **given: Any) -> BuildSettings:
+    """The settings of a build of ``corpus``: its options by name (the others as
+    its spec's defaults, see :mod:`corpora.catalog`) and any other field of
+    :class:`BuildSettings`. A value the option refuses raises ``ValueError``.
+
+    >>> built = corpus_settings("mmc4", ("docs.jsonl",), "out", max_images=0, seq_len=1024)
+    >>> built.seq_len, built.corpus_options["max_images"], built.corpus_options["reassign"]
+    (1024, None, False)
+    >>> corpus_settings("c4", (), "out", min_sim=0.3)
+    Traceback (most recent call last):
+    ...
+    ValueError: c4 has no option 'min_sim'
+    """
+    from corpora import catalog
+
+    spec = catalog.get(corpus)
+    overrides = {name: value for name, value in given.items() if name in _FIELDS}
+    if "corpus_options" in overrides:
+        raise ValueError("give a corpus's options by name, not as corpus_options")
+    options = spec.corpus_options({k: v for k, v in given.items() if k not in _FIELDS})
     return BuildSettings(
-        corpus="coyo", inputs=inputs, output=output, corpus_options=options, **overrides
+        corpus=corpus, inputs=tuple(inputs), output=output, corpus_options=options, **overrides
     )
 
 
-def _mmc4_options(
-    reassign: bool,
-    min_sim: float | None,
-    max_images: int | None,
-    preset: str | None,
-    keep_imageless: bool,
-) -> dict[str, Any]:
-    if min_sim is not None and not -1 <= min_sim <= 1:
-        raise ValueError(f"--min-sim is a cosine similarity, -1..1; got {min_sim}")
-    if max_images is not None and max_images < 0:
-        raise ValueError(f"--max-images must be at least 0 (0: no limit), got {max_images}")
-    if preset not in (None, "core"):
-        raise ValueError(f"unknown --preset {preset!r}; one of: core")
-    return {
-        "reassign": bool(reassign),
-        "min_sim": min_sim,
-        "max_images": max_images or None,
-        "preset": preset,
-        "keep_imageless": bool(keep_imageless),
-    }
-
-
-def mmc4(
-    inputs: tuple[str, ...],
-    output: str,
-    reassign: bool = False,
-    min_sim: float | None = None,
-    max_images: int | None = 6,
-    preset: str | None = None,
-    keep_imageless: bool = False,
-    **overrides: Any,
-) -> BuildSettings:
-    """MMC4 interleaved: each image before its matched sentence (VILA,
-    OpenFlamingo). ``max_images`` 6 is VILA's; ``min_sim`` keeps every image
-    unless set (OpenFlamingo uses 0.24)."""
-    options = _mmc4_options(reassign, min_sim, max_images, preset, keep_imageless)
-    return BuildSettings(
-        corpus="mmc4", inputs=inputs, output=output, corpus_options=options, **overrides
-    )
-
-
-def mmc4_reordered(
-    inputs: tuple[str, ...],
-    output: str,
-    reassign: bool = False,
-    min_sim: float | None = None,
-    max_images: int | None = 6,
-    preset: str | None = None,
-    keep_imageless: bool = False,
-    **overrides: Any,
-) -> BuildSettings:
-    """VILA's reordering ablation: the images and sentences of ``mmc4``, all images first."""
-    options = _mmc4_options(reassign, min_sim, max_images, preset, keep_imageless)
-    return BuildSettings(
-        corpus="mmc4-reordered", inputs=inputs, output=output, corpus_options=options, **overrides
-    )
-
-
-def c4(inputs: tuple[str, ...], output: str, **overrides: Any) -> BuildSettings:
-    """C4 text only (SimVLM's text corpus), one document per record."""
-    return BuildSettings(corpus="c4", inputs=inputs, output=output, **overrides)
-
-
-WIT_CAPTIONS = ("reference", "attribution", "alt", "best")
-
-
-def wit(
-    inputs: tuple[str, ...],
-    output: str,
-    caption: str = "reference",
-    languages: tuple[str, ...] | None = None,
-    with_context: bool = False,
-    **overrides: Any,
-) -> BuildSettings:
-    """WIT as ``[image, caption]`` pairs; ``caption`` ``reference`` is the
-    caption shown under the image on its page (WIT's main caption)."""
-    if caption not in WIT_CAPTIONS:
-        raise ValueError(f"unknown --caption {caption!r}; one of: {', '.join(WIT_CAPTIONS)}")
-    if languages is not None:
-        languages = tuple(sorted({code.strip() for code in languages if code.strip()}))
-        if not languages:
-            raise ValueError("--languages names no language")
-    options = {
-        "caption": caption,
-        "languages": list(languages) if languages else None,
-        "with_context": bool(with_context),
-    }
-    return BuildSettings(
-        corpus="wit", inputs=inputs, output=output, corpus_options=options, **overrides
-    )
+_FIELDS = frozenset(field.name for field in dataclasses.fields(BuildSettings))
 
 
 def smoke(settings: BuildSettings) -> BuildSettings:
@@ -218,23 +113,3 @@ def smoke(settings: BuildSettings) -> BuildSettings:
         samples_per_shard=8,
         fetch=dataclasses.replace(settings.fetch, image_size=64),
     )
-
-
-BUILDERS = {
-    "mmc4-pairs": mmc4_pairs,
-    "coyo": coyo,
-    "mmc4": mmc4,
-    "mmc4-reordered": mmc4_reordered,
-    "c4": c4,
-    "wit": wit,
-}
-
-# The corpus options each builder takes (the CLI refuses the others).
-CORPUS_OPTIONS = {
-    "mmc4-pairs": ("reassign",),
-    "coyo": ("min_clip_sim", "max_nsfw", "min_size", "max_aspect_ratio", "top_fraction"),
-    "mmc4": ("reassign", "min_sim", "max_images", "preset", "keep_imageless"),
-    "mmc4-reordered": ("reassign", "min_sim", "max_images", "preset", "keep_imageless"),
-    "c4": (),
-    "wit": ("caption", "languages", "with_context"),
-}

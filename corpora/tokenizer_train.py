@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import io
-from typing import Iterable, Iterator
+import os
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+MODEL_TYPES = ("unigram", "bpe")
+
+
+class TrainingError(ValueError):
+    """SentencePiece refused to train (no text, a vocabulary too small for the
+    characters, …); the message is one line for the user."""
 
 
 def train_sentencepiece(
@@ -88,3 +96,61 @@ def iter_corpus_text(stream, path: str) -> Iterator[str]:
 
     for _, raw in iter_lines(stream, path):
         yield from texts_of_line(raw)
+
+
+def match_corpus_files(inputs: Sequence[str]) -> list[Any]:
+    """The files (fsspec ``OpenFile``s) that ``inputs`` name: files, globs,
+    directories (every file in them) or URIs; raises
+    :class:`~corpora.inputs.InputError` for an input that matches nothing."""
+    import fsspec
+
+    from corpora.inputs import InputError
+
+    files = []
+    for given in inputs:
+        pattern = os.path.join(given, "*") if os.path.isdir(given) else given
+        try:
+            matched = [f for f in fsspec.open_files(pattern, "rb") if f.fs.isfile(f.path)]
+        except Exception as exc:
+            raise InputError(f"cannot read input {given}: {str(exc).splitlines()[0]}") from None
+        if not matched:
+            raise InputError(f"input not found: {given}")
+        files += matched
+    return files
+
+
+def train_on_files(
+    files: Sequence[Any],
+    output: str,
+    vocab_size: int,
+    model_type: str = "unigram",
+    max_sentences: int = 10_000_000,
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Train on the text of ``files`` (from :func:`match_corpus_files`) and write
+    ``output``; returns the number of texts read. ``progress`` is called with
+    the count every 100,000 texts."""
+    counted = 0
+
+    def texts() -> Iterator[str]:
+        nonlocal counted
+        for opened in files:
+            with opened as stream:
+                for text in iter_corpus_text(stream, opened.path):
+                    counted += 1
+                    if progress is not None and counted % 100_000 == 0:
+                        progress(counted)
+                    yield text
+
+    try:
+        train_sentencepiece(
+            texts(), output, vocab_size, model_type=model_type, input_sentence_size=max_sentences
+        )
+    except RuntimeError as exc:  # SentencePiece refuses: no text, vocab too small, ...
+        if counted == 0:
+            raise TrainingError("no text found in the inputs") from None
+        reason = str(exc).strip().splitlines()[-1].rpartition("] ")[2]
+        raise TrainingError(f"training failed: {reason}") from None
+    except OSError as exc:
+        raise TrainingError(f"cannot read or write: {exc}") from None
+    return counted

@@ -22,6 +22,7 @@ from corpora.fetch.accounting import FAILURES, first_failure
 from corpora.fetch.accounting import write_failures as write_failures_file
 from corpora.settings import BuildSettings
 from corpora.shards.manifest import MANIFEST, build_manifest
+from corpora.spec import CLIP_DOCUMENTS
 from corpora.tokenizer import Tokenizer
 from pipelines import storage
 from pipelines import transforms as t
@@ -128,16 +129,11 @@ def build_pipeline(
             t.ApplyStage(spec.metadata_filter, settings, "filter")
         ).with_outputs(t.DROPPED, main="docs")
         docs, drops = filtered.docs, drops + [filtered.dropped]
-    selection = None
-    if (
-        settings.corpus_options.get("top_fraction") is not None
-    ):  # coyo: global, by the precomputed CLIP sum
-        from corpora.filters import coyo_clip_sum
+    selection, fraction = None, spec.top_fraction(settings)
+    if fraction is not None:  # global, by the corpus's rank (coyo: the precomputed CLIP sum)
         from pipelines.selection import TopFraction
 
-        selected = docs | "TopFraction" >> TopFraction(
-            coyo_clip_sum, settings.corpus_options["top_fraction"]
-        )
+        selected = docs | "TopFraction" >> TopFraction(spec.rank, fraction)
         docs, drops = selected.kept, drops + [selected.dropped]
         selection = beam.pvalue.AsSingleton(selected.summary)
     fetched = (
@@ -151,12 +147,11 @@ def build_pipeline(
     )
     docs, drops, clip_summary = fetched.docs, drops + [fetched.dropped], None
     if settings.clip is not None:  # needs the image bytes; before the layout places images
-        from corpora.clip import DOCUMENT_CORPORA
         from pipelines.clip import ClipStage, DocumentClipStage
 
         stage = (
             DocumentClipStage(settings.clip)
-            if settings.corpus in DOCUMENT_CORPORA
+            if spec.clip == CLIP_DOCUMENTS
             else ClipStage(settings.clip, settings.output)
         )
         scored = docs | "Clip" >> stage

@@ -9,11 +9,20 @@ service (``--job-endpoint``), the path Flink and Spark clusters also take;
 cluster (from a local jar when the cluster has no Maven access);
 ``DataflowRunner`` stages this project's own package, built from
 ``pyproject.toml``, to its workers.
+
+Arguments after ``--`` are Beam's: each must be an option one of Beam's
+options classes knows once the chosen runner is loaded (the installed extras'
+classes among them), or be named in ``custom_options`` (the user's own
+``PipelineOptions``); anything else is refused before the build starts,
+rather than dropped by Beam without a word.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
+import importlib
 import os
 from typing import Sequence
 
@@ -49,16 +58,19 @@ class RunnerSettings:
     spark_master_url: str | None = None
     flink_master: str | None = None
     job_server_jar: str | None = None
+    custom_options: tuple[str, ...] = ()  # names of the user's own options in beam_args
     beam_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.runner not in RUNNERS:
             raise RunnerError(f"unknown runner {self.runner!r}; one of: {', '.join(RUNNERS)}")
+        check_beam_args(self.runner, self.beam_args, self.custom_options)
         if self.workers < 1:
             raise RunnerError(f"workers must be at least 1, got {self.workers}")
         if self.environment_type is not None and self.environment_type.upper() not in ENVIRONMENTS:
             raise RunnerError(
-                f"unknown environment type {self.environment_type!r}; one of: {', '.join(ENVIRONMENTS)}"
+                f"unknown environment type {self.environment_type!r}; "
+                f"one of: {', '.join(ENVIRONMENTS)}"
             )
         needs = {
             "PortableRunner": {"--job-endpoint": self.job_endpoint},
@@ -114,6 +126,101 @@ class RunnerSettings:
     def local(self) -> bool:
         """Whether the workers share this machine's disk (progress can look at it)."""
         return self.runner == "DirectRunner" or self.environment_type == "LOOPBACK"
+
+
+RUNNER_FLAGS = tuple(
+    field.name for field in dataclasses.fields(RunnerSettings) if field.name != "beam_args"
+)
+
+
+# The module of each runner: importing it registers the options classes it brings.
+RUNNER_MODULES = {
+    "DirectRunner": "apache_beam.runners.direct.direct_runner",
+    "PortableRunner": "apache_beam.runners.portability.portable_runner",
+    "DataflowRunner": "apache_beam.runners.dataflow.dataflow_runner",
+    "SparkRunner": "apache_beam.runners.portability.spark_runner",
+    "FlinkRunner": "apache_beam.runners.portability.flink_runner",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _beam_option_parser(runner: str):
+    from apache_beam.options import pipeline_options as beam_options
+
+    try:
+        importlib.import_module(RUNNER_MODULES[runner])
+    except ImportError:  # the runner's extra is not installed: Beam will say so when it runs
+        pass
+
+    class Parser(beam_options._BeamArgumentParser):
+        def error(self, message: str):
+            raise RunnerError(f"invalid Beam option after --: {message}")
+
+    parser = Parser(allow_abbrev=False, add_help=False)
+    # the classes Beam itself parses options with (PipelineOptions.get_all_options)
+    classes = {str(cls): cls for cls in beam_options.PipelineOptions.__subclasses__()}
+    for cls in classes.values():
+        cls._add_argparse_args(parser)
+    return parser
+
+
+def check_beam_args(
+    runner: str, beam_args: Sequence[str], custom_options: Sequence[str] = ()
+) -> None:
+    """Refuse an argument after ``--`` that Beam does not know for ``runner``,
+    unless ``custom_options`` names it (``--custom-beam-option NAME``).
+
+    >>> check_beam_args("DirectRunner", ["--direct_running_mode=multi_threading"])
+    >>> try:
+    ...     check_beam_args("DirectRunner", ["--direct_running_mod=multi_threading"])
+    ... except RunnerError as exc:
+    ...     print(str(exc).partition("; ")[0])
+    unknown Beam option after --: --direct_running_mod (did you mean --direct_running_mode?)
+    >>> check_beam_args("DirectRunner", ["--my_option", "7"], custom_options=["my_option"])
+    """
+    if not beam_args:
+        return
+    parser = _beam_option_parser(runner)
+    _, unknown = parser.parse_known_args(list(beam_args))
+    custom = {name.lstrip("-") for name in custom_options}
+    value_of_custom = False  # the previous argument was a custom option waiting for its value
+    for arg in unknown:
+        if not arg.startswith("-"):
+            if value_of_custom:
+                value_of_custom = False
+                continue
+            raise RunnerError(f"not a Beam option after --: {arg!r}")
+        name, has_value, _ = arg.lstrip("-").partition("=")
+        if name in custom:
+            value_of_custom = not has_value
+            continue
+        known = [flag for action in parser._actions for flag in action.option_strings]
+        close = difflib.get_close_matches(f"--{name}", known, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise RunnerError(
+            f"unknown Beam option after --: --{name}{hint}; "
+            "pass options of your own with --custom-beam-option NAME"
+        )
+
+
+def runner_settings_from_flags(beam_args: Sequence[str] = (), **flags) -> RunnerSettings:
+    """The runner flags of ``corpora build`` (named as :data:`RUNNER_FLAGS`; left
+    out or ``None``: the default) and the Beam options after ``--``.
+
+    A DirectRunner build uses every core unless ``workers`` says otherwise;
+    remote runners size their own workers.
+
+    >>> runner_settings_from_flags(runner="DataflowRunner", project="p", region="r",
+    ...                            temp_location="gs://b/tmp").workers
+    1
+    """
+    unknown = sorted(set(flags) - set(RUNNER_FLAGS))
+    if unknown:
+        raise RunnerError(f"no such runner flag: {unknown[0]}")
+    given = {name: value for name, value in flags.items() if value is not None}
+    runner = given.setdefault("runner", "DirectRunner")
+    given.setdefault("workers", (os.cpu_count() or 1) if runner == "DirectRunner" else 1)
+    return RunnerSettings(**given, beam_args=tuple(beam_args))
 
 
 def _stages_package(settings: RunnerSettings) -> bool:
@@ -188,6 +295,17 @@ def pipeline_options(
         if settings.workers > 1 and not any("direct_running_mode" in a for a in settings.beam_args):
             direct.direct_running_mode = "multi_processing"
     return options
+
+
+def use_filesystems(settings: RunnerSettings, verbose: bool = False) -> None:
+    """Give this process's FileSystems the run's options (an s3 endpoint and
+    keys), so that inputs can be checked before the pipeline starts."""
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        FileSystems.set_options(pipeline_options(settings, verbose=verbose))
+    except SystemExit:  # Beam's argparse exits on a malformed option
+        raise RunnerError("invalid Beam options after --") from None
 
 
 def make_runner(options: PipelineOptions):

@@ -7,7 +7,6 @@ counts, and routes drops to the ``dropped`` output. No business logic here.
 from __future__ import annotations
 
 import collections
-import itertools
 import logging
 from typing import Any, Iterable, Iterator
 
@@ -16,10 +15,11 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from corpora import fetch, pack, shards, stats
-from corpora.catalog import CorpusSpec
 from corpora.fetch.progress import FetchProgress
-from corpora.record import Document, Drop, stable_hash
+from corpora.pack_groups import group_of, group_offsets, plan_group
+from corpora.record import Document, Drop
 from corpora.settings import BuildSettings
+from corpora.spec import CorpusSpec
 from corpora.tokenizer import TokenizedDocument, Tokenizer, tokenize_document
 from pipelines import resume, storage
 from pipelines.storage import read_failure_urls
@@ -159,22 +159,14 @@ class Tokenize(beam.DoFn):
         yield tokenize_document(doc, self._tokenizer)
 
 
-def piece_refs(doc: TokenizedDocument, seq_len: int) -> tuple[str, list[pack.PieceRef]]:
-    """The packing plan's input for one document: its key and its pieces (no bytes)."""
-    key = pack.doc_key(doc)
-    return key, pack.plan_document(key, doc.length, doc.spans, seq_len)
-
-
-def pack_group_of(
-    element: tuple[str, list[pack.PieceRef]], documents: int, pack_groups: int | None
-) -> tuple[int, tuple[str, list[pack.PieceRef]]]:
-    """Route a document's plan to its packing group (by a stable hash of its id)."""
-    groups = pack.pack_group_count(documents, pack_groups)
-    return stable_hash(element[0]) % groups, element
+def with_group(
+    plan: pack.DocumentPlan, documents: int, pack_groups: int | None
+) -> tuple[int, pack.DocumentPlan]:
+    return group_of(plan.key, documents, pack_groups), plan
 
 
 class PackGroup(beam.DoFn):
-    """Plan one group's packing on metadata only, documents in key order.
+    """Plan one group's packing (:func:`corpora.pack_groups.plan_group`).
 
     Emits ``(key, (group, sequence, slot, ref))`` per piece; on ``counts``
     ``(group, sequences)``; on ``kept`` the number of documents packed; empty
@@ -184,25 +176,18 @@ class PackGroup(beam.DoFn):
     def __init__(self, settings: BuildSettings):
         self._settings = settings
 
-    def process(self, element: tuple[int, Iterable[tuple[str, list[pack.PieceRef]]]]) -> Iterator:
-        group, items = element
-        ordered = sorted(items, key=lambda item: item[0])
-        kept = 0
-        refs: list[pack.PieceRef] = []
-        for key, pieces in ordered:
-            if not pieces or pieces[0].count == 1 and pieces[0].length == 0:
-                yield _route(Drop("empty_document", key.rpartition("#")[0]), "pack")
-                continue
-            kept += 1
-            refs.extend(pieces)
+    def process(self, element: tuple[int, Iterable[pack.DocumentPlan]]) -> Iterator:
+        group, plans = element
+        planned = plan_group(plans, self._settings.seq_len, self._settings.pack)
+        for drop in planned.dropped:
+            yield _route(drop, "pack")
         count = 0
-        settings = self._settings
-        for count, bin_refs in enumerate(pack.pack_plan(refs, settings.seq_len, settings.pack), 1):
-            for slot, ref in enumerate(bin_refs):
+        for count, sequence in enumerate(planned.sequences, 1):
+            for slot, ref in enumerate(sequence):
                 yield ref.key, (group, count - 1, slot, ref)
         Metrics.counter(NAMESPACE, "sequences").inc(count)
         yield beam.pvalue.TaggedOutput(COUNTS, (group, count))
-        yield beam.pvalue.TaggedOutput(KEPT, kept)
+        yield beam.pvalue.TaggedOutput(KEPT, planned.kept)
 
 
 class CutPieces(beam.DoFn):
@@ -218,7 +203,7 @@ class CutPieces(beam.DoFn):
 
     def process(self, element: tuple[str, dict[str, list]], counts: dict[int, int]) -> Iterator:
         if self._offsets is None:
-            self._offsets = pack.group_offsets(counts)
+            self._offsets = group_offsets(counts)
         _, joined = element
         doc = joined["doc"][0]  # documents sharing a key are byte-identical
         for group, index, slot, ref in joined["place"]:
@@ -251,13 +236,9 @@ class WriteShard(beam.DoFn):
         settings = self._settings
         corpus = settings.corpus
         name = shards.shard_name(corpus, shard_index)
-        ordered = sorted(items, key=lambda item: (item[0], item[1]))
         samples = [
-            (
-                shards.sample_key(corpus, shard_index, global_index % settings.samples_per_shard),
-                pack.assemble([piece for _, _, piece in group], settings.seq_len, self._pad_id),
-            )
-            for global_index, group in itertools.groupby(ordered, key=lambda item: item[0])
+            (shards.sample_key(corpus, shard_index, number % settings.samples_per_shard), sequence)
+            for number, sequence in pack.assemble_sequences(items, settings.seq_len, self._pad_id)
         ]
         info = resume.completed_shard(settings.output, name, samples)
         if info is not None:  # a previous attempt wrote exactly this shard: leave it
@@ -296,6 +277,7 @@ class PackSequences(beam.PTransform):
     """Tokenized documents → shard infos, deterministically and without holding
     a group's bytes: plan the packing on metadata per group (documents in key
     order), join the bytes back by key, number sequences globally, write shards.
+    Each step calls the core function :mod:`corpora.pack_groups` names for it.
 
     The result has ``shards`` (one info dict per shard written), ``kept``
     (documents packed, per group), ``dropped`` and ``sequence_stats`` (one
@@ -316,9 +298,9 @@ class PackSequences(beam.PTransform):
         documents = tokenized | "CountDocuments" >> beam.combiners.Count.Globally()
         planned = (
             tokenized
-            | "PlanPieces" >> beam.Map(piece_refs, settings.seq_len)
+            | "PlanPieces" >> beam.Map(pack.plan_pieces, settings.seq_len)
             | "Group"
-            >> beam.Map(pack_group_of, beam.pvalue.AsSingleton(documents), settings.pack_groups)
+            >> beam.Map(with_group, beam.pvalue.AsSingleton(documents), settings.pack_groups)
             | "ByGroup" >> beam.GroupByKey()
             | "Pack"
             >> beam.ParDo(PackGroup(settings)).with_outputs(

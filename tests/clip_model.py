@@ -10,6 +10,7 @@ import glob
 import io
 import json
 import os
+import pathlib
 
 import numpy as np
 import pytest
@@ -56,7 +57,13 @@ def _save_random_weights(config: dict, name: str, path: str, seed: int) -> None:
 
 @pytest.fixture(scope="session")
 def tiny_clip(tmp_path_factory) -> TinyClip:
-    directory = tmp_path_factory.mktemp("clip")
+    return make_tiny_clip(tmp_path_factory.mktemp("clip"))
+
+
+def make_tiny_clip(directory) -> TinyClip:
+    """The tiny model's config and weights (seeded: the same bytes every time) in ``directory``."""
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
     config_path = directory / f"{TINY_NAME}.json"
     config_path.write_text(json.dumps(TINY_CONFIG))
     checkpoint = str(directory / "tiny.pt")

@@ -19,11 +19,15 @@ UPSTREAM = os.path.join(REPO, "tests", "data", "upstream")
 
 
 def run_cli(
-    *args: str, cwd: str | None = None, timeout: float = 600
+    *args: str, cwd: str | None = None, timeout: float = 600, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    """Run ``corpora ARGS`` as a user would, in a fresh process."""
+    """Run ``corpora ARGS`` as a user would, in a fresh process (``env``: more
+    environment variables; a ``PYTHONPATH`` there comes after the repository)."""
+    extra = dict(env or {})
     env = dict(os.environ)
-    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    path = os.pathsep.join(p for p in (extra.pop("PYTHONPATH", ""), env.get("PYTHONPATH", "")) if p)
+    env.update(extra)
+    env["PYTHONPATH"] = REPO + (os.pathsep + path if path else "")
     return subprocess.run(
         [sys.executable, "-m", "cli.main", *args],
         cwd=cwd,

@@ -18,7 +18,10 @@ Fault modes (one per failure an image fetch must name):
   /noai/<name>.jpg                    X-Robots-Tag: noai; the body follows after 3 s
   /slow/<seconds>/<name>.jpg          the image after <seconds> (for concurrency caps)
   /close/<name>.jpg                   the image, then the server closes the kept-alive connection
-``ImageServer(tls=(certfile, keyfile))`` serves https.
+``ImageServer(tls=(certfile, keyfile))`` serves https. ``ImageServer(port=N)`` listens on a
+fixed port (with SO_REUSEPORT, so two test runs at once share it: every route but the
+counters answers the same bytes whichever server takes the connection), for tests whose
+output holds the image URLs and must not depend on the port.
 The server counts requests in flight and open connections and keeps the
 maximum of each (``max_active``, ``max_connections``), and connections opened (``opened``).
 Tests can add routes with ``server.route(path, handler)`` where the handler
@@ -73,7 +76,9 @@ def png_header_bomb(width: int = 20000, height: int = 20000) -> bytes:
 
 
 class ImageServer:
-    def __init__(self, host: str = "127.0.0.1", tls: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", tls: tuple[str, str] | None = None, port: int = 0
+    ) -> None:
         self.requests: list[str] = []
         self.request_times: list[float] = []
         self.routes: dict[str, Callable] = {}
@@ -223,7 +228,8 @@ class ImageServer:
                 self.wfile.write(body)
 
         self.host = host
-        self.httpd = http.server.ThreadingHTTPServer((host, 0), Handler)
+        server_class = _SharedPortServer if port else http.server.ThreadingHTTPServer
+        self.httpd = server_class((host, port), Handler)
         self.httpd.daemon_threads = True
         self.httpd.handle_error = lambda request, client_address: (
             None
@@ -255,6 +261,10 @@ class ImageServer:
     def __exit__(self, *exc) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class _SharedPortServer(http.server.ThreadingHTTPServer):
+    allow_reuse_port = True
 
 
 def self_signed_cert(directory: str, host: str = "127.0.0.1") -> tuple[str, str]:

@@ -4,7 +4,7 @@ every corpus flag and every drop reason the new readers can give."""
 import os
 import re
 
-from corpora import catalog, settings
+from corpora import catalog
 from tests.helpers import REPO, run_cli
 
 DOC = open(os.path.join(REPO, "docs", "corpora.md"), encoding="utf-8").read()
@@ -17,9 +17,8 @@ def test_list_block_is_the_command_output():
 def test_every_corpus_and_flag_is_documented():
     for name in catalog.CORPORA:
         assert f"\n## {name}\n" in DOC
-    for options in settings.CORPUS_OPTIONS.values():
-        for option in options:
-            assert f"`--{option.replace('_', '-')}" in DOC, option
+    for option in catalog.options().values():
+        assert f"`{option.flag}" in DOC, option.name
 
 
 def test_every_drop_reason_in_the_new_modules_is_documented():

@@ -65,7 +65,6 @@ from corpora.clip.scoring import (
 from corpora.clip.settings import (
     CHECKPOINT_SUFFIXES,
     DEVICES,
-    DOCUMENT_CORPORA,
     SCORE,
     SCORE_DECIMALS,
     ClipModelError,
@@ -83,7 +82,6 @@ __all__ = [
     "ClipModelError",
     "ClipSettings",
     "DEVICES",
-    "DOCUMENT_CORPORA",
     "DocumentSimilarity",
     "EMBEDDINGS_ROWS_PER_FILE",
     "SCORE",

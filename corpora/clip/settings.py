@@ -10,7 +10,6 @@ import os
 from typing import Any
 
 SCORE = "clip_sim"  # key of the computed score in ImageChunk.scores
-DOCUMENT_CORPORA = ("mmc4", "mmc4-reordered")  # scored as documents, not pairs
 SCORE_DECIMALS = 6  # scores are stored rounded, well inside float32 precision
 DEVICES = ("auto", "cpu", "cuda")
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")

@@ -9,10 +9,14 @@ One line is one text-only record; its id derives from the url.
 
 from __future__ import annotations
 
-from typing import BinaryIO, Iterator
+from typing import TYPE_CHECKING, BinaryIO, Iterator
 
 from corpora.inputs import basename, iter_lines, json_object
 from corpora.record import Document, Drop, TextChunk, stable_id
+from corpora.spec import CorpusSpec
+
+if TYPE_CHECKING:
+    from corpora.settings import BuildSettings
 
 FILE_PATTERN = "c4-*.json.gz"
 
@@ -60,3 +64,21 @@ def parse_line(raw: bytes, path: str, line: int, corpus: str = "c4") -> Document
 def read(stream: BinaryIO, path: str, corpus: str = "c4") -> Iterator[Document | Drop]:
     for line, raw in iter_lines(stream, path):
         yield parse_line(raw, path, line, corpus)
+
+
+# --- the corpus ----------------------------------------------------------------
+
+
+def read_records(stream: BinaryIO, path: str, settings: BuildSettings) -> Iterator[Document | Drop]:
+    return read(stream, path, settings.corpus)
+
+
+SPECS = (
+    CorpusSpec(
+        name="c4",
+        summary="C4 web text (json.gz), text only: the text corpus of SimVLM's pairs+C4 blend",
+        unit="document",
+        read=read_records,
+        input_patterns=("*.json.gz", "*.jsonl.gz", "*.json", "*.jsonl"),
+    ),
+)

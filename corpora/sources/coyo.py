@@ -13,10 +13,15 @@ decide before any download.
 from __future__ import annotations
 
 import math
-from typing import Any, BinaryIO, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Mapping
 
+from corpora import filters
 from corpora.inputs import InputError, _seekable, basename
 from corpora.record import Document, Drop, ImageChunk, TextChunk
+from corpora.spec import CLIP_PAIRS, CorpusSpec, Option, in_range, zero_is_off
+
+if TYPE_CHECKING:
+    from corpora.settings import BuildSettings
 
 FILE_PATTERN = "*.parquet"
 
@@ -96,10 +101,12 @@ def parse_row(row: dict[str, Any], where: str, corpus: str = "coyo") -> Document
     is dropped (``not_utf8``) without failing its file.
 
     >>> doc = parse_row({"id": 7, "url": b"https://a.example/1.jpg", "text": b"The Gate",
-    ...                  "width": 600, "height": 347, "clip_similarity_vitb32": 0.25}, "part-0.parquet:1")
+    ...                  "width": 600, "height": 347, "clip_similarity_vitb32": 0.25},
+    ...                 "part-0.parquet:1")
     >>> doc.id, [c.kind for c in doc.chunks], doc.chunks[1].text, doc.meta["width"]
     ('coyo-7', ['image', 'text'], 'The Gate', 600)
-    >>> parse_row({"id": 8, "url": b"https://a.example/2.jpg", "text": b"  "}, "part-0.parquet:2").reason
+    >>> parse_row({"id": 8, "url": b"https://a.example/2.jpg", "text": b"  "},
+    ...           "part-0.parquet:2").reason
     'empty_text'
     """
     coyo_id = row.get("id")
@@ -174,3 +181,88 @@ def read(
                 )
     except (OSError, pa.ArrowException) as exc:
         raise InputError(f"{path}: {str(exc).splitlines()[0]}") from exc
+
+
+# --- the corpus ----------------------------------------------------------------
+
+
+def required_columns(options: Mapping[str, Any]) -> tuple[str, ...]:
+    """``id``, ``url``, ``text`` and the columns the chosen filters read."""
+    columns = list(REQUIRED)
+    if options.get("min_clip_sim") is not None or options.get("top_fraction") is not None:
+        columns += ["clip_similarity_vitb32", "clip_similarity_vitl14"]
+    if options.get("max_nsfw") is not None:
+        columns += ["nsfw_score_opennsfw2", "nsfw_score_gantman"]
+    if options.get("min_size") or options.get("max_aspect_ratio") is not None:
+        columns += ["width", "height"]
+    return tuple(columns)
+
+
+def read_records(stream: BinaryIO, path: str, settings: BuildSettings) -> Iterator[Document | Drop]:
+    return read(stream, path, settings.corpus, required_columns(settings.corpus_options))
+
+
+def check_input(stream: BinaryIO, path: str, settings: BuildSettings) -> None:
+    check(stream, path, required_columns(settings.corpus_options))
+
+
+def metadata_filter(doc: Document, settings: BuildSettings) -> Document | Drop:
+    return filters.coyo_filter(doc, settings.corpus_options)
+
+
+SPECS = (
+    CorpusSpec(
+        name="coyo",
+        summary="COYO-700M image/alt-text pairs (parquet), filtered on CLIP similarity as in "
+        "VILA's COYO-25M",
+        unit="pair",
+        read=read_records,
+        input_patterns=(FILE_PATTERN,),
+        options=(
+            Option(
+                "min_clip_sim",
+                float,
+                0.6,  # VILA's COYO-25M
+                "keep rows with clip_similarity_vitb32 + clip_similarity_vitl14 at least this "
+                "(VILA's COYO-25M; 0 turns it off).",
+                check=in_range("--min-clip-sim", 0, 2, "is a sum of two cosine similarities, 0..2"),
+                store=zero_is_off,
+            ),
+            Option(
+                "max_nsfw",
+                float,
+                None,
+                "drop rows where either NSFW score is above this.",
+                check=in_range("--max-nsfw", 0, 1, "is a probability, 0..1"),
+            ),
+            Option(
+                "min_size",
+                int,
+                0,
+                "drop rows whose upstream width or height is below this.",
+                check=in_range("--min-size", 0, None, "must be at least 0"),
+            ),
+            Option(
+                "max_aspect_ratio",
+                float,
+                None,
+                "drop rows whose upstream width/height (longer over shorter side) is above "
+                "this, before any download.",
+                check=in_range("--max-aspect-ratio", 1, None, "must be at least 1"),
+            ),
+            Option(
+                "top_fraction",
+                float,
+                None,
+                "keep this fraction of rows with the highest clip_similarity_vitb32 + vitl14 "
+                "over the whole corpus (ties broken by id), before any download. VILA's "
+                "COYO-25M: 0.2 per file.",
+                check=in_range("--top-fraction", 0, 1, "must be in (0, 1]", low_open=True),
+            ),
+        ),
+        metadata_filter=metadata_filter,
+        check_input=check_input,
+        clip=CLIP_PAIRS,
+        rank=filters.coyo_clip_sum,
+    ),
+)

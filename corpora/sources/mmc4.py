@@ -15,10 +15,15 @@ A line is parsed into an :class:`Mmc4Document`; a layout (see
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterator
 
-from corpora.inputs import basename, json_object
-from corpora.record import Drop, stable_id
+from corpora import filters, layouts
+from corpora.inputs import basename, iter_lines, json_object
+from corpora.record import Document, Drop, stable_id
+from corpora.spec import CLIP_DOCUMENTS, CLIP_PAIRS, CorpusSpec, Option, in_range, zero_is_off
+
+if TYPE_CHECKING:
+    from corpora.settings import BuildSettings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,3 +166,132 @@ def reassign(doc: Mmc4Document) -> Mmc4Document | Drop:
         for image, index, sim in zip(doc.images, indices, sims)
     )
     return dataclasses.replace(doc, images=images)
+
+
+# --- the corpora: mmc4, mmc4-reordered and mmc4-pairs ----------------------------
+
+
+def read_pairs(stream: BinaryIO, path: str, settings: BuildSettings) -> Iterator[Document | Drop]:
+    """One record per image of each MMC4 document (``mmc4-pairs``)."""
+    for line_number, raw in iter_lines(stream, path):
+        parsed = parse_line(raw, path, line_number)
+        if not isinstance(parsed, Drop) and settings.corpus_options.get("reassign"):
+            parsed = reassign(parsed)
+        if isinstance(parsed, Drop):
+            yield parsed
+        else:
+            yield from layouts.mmc4_pairs(parsed, settings.corpus)
+
+
+def read_documents(
+    stream: BinaryIO, path: str, settings: BuildSettings
+) -> Iterator[Document | Drop]:
+    """One record per MMC4 document (``mmc4``, ``mmc4-reordered``)."""
+    reassigned = bool(settings.corpus_options.get("reassign"))
+    for line_number, raw in iter_lines(stream, path):
+        parsed = parse_line(raw, path, line_number)
+        yield (
+            parsed
+            if isinstance(parsed, Drop)
+            else layouts.mmc4_document(parsed, settings.corpus, reassigned)
+        )
+
+
+def metadata_filter(doc: Document, settings: BuildSettings) -> Document | Drop:
+    return filters.mmc4_filter(doc, settings.corpus_options)
+
+
+def interleaved(doc: Document, settings: BuildSettings) -> Document | Drop:
+    return layouts.mmc4_interleaved(doc, bool(settings.corpus_options.get("keep_imageless")))
+
+
+def reordered(doc: Document, settings: BuildSettings) -> Document | Drop:
+    return layouts.mmc4_reordered(doc, bool(settings.corpus_options.get("keep_imageless")))
+
+
+def bundled_sample(directory: str) -> str:
+    """The sample MMC4 documents bundled with the package (their images too)."""
+    from corpora.bundled_sample import materialize_sample
+
+    return materialize_sample(directory)
+
+
+INPUT_PATTERNS = ("*.jsonl", "*.jsonl.gz", "*.jsonl.zip")
+REASSIGN = Option(
+    "reassign",
+    bool,
+    False,
+    "recompute matched_text_index/matched_sim from similarity_matrix (linear assignment).",
+)
+DOCUMENT_OPTIONS = (
+    REASSIGN,
+    Option(
+        "min_sim",
+        float,
+        None,
+        "remove images whose matched_sim is below this (OpenFlamingo: 0.24).",
+        check=in_range("--min-sim", -1, 1, "is a cosine similarity, -1..1"),
+    ),
+    Option(
+        "max_images",
+        int,
+        6,  # VILA's
+        "at most this many images per document (0: no limit; VILA uses 6).",
+        check=in_range("--max-images", 0, None, "must be at least 0 (0: no limit)"),
+        store=zero_is_off,
+    ),
+    Option(
+        "preset",
+        str,
+        None,
+        "core = mmc4-core (4-40 sentences, 2-15 images, 75% of sims > 0.25).",
+        choices=tuple(filters.PRESETS),
+    ),
+    Option(
+        "keep_imageless",
+        bool,
+        False,
+        "keep documents left with no image (as text) instead of dropping them.",
+    ),
+)
+
+SPECS = (
+    CorpusSpec(
+        name="mmc4-pairs",
+        summary="MMC4 split into (image, matched sentence) pairs: VILA's pseudo-interleaved "
+        "ablation",
+        unit="pair",
+        read=read_pairs,
+        input_patterns=INPUT_PATTERNS,
+        options=(REASSIGN,),
+        clip=CLIP_PAIRS,
+        sample=bundled_sample,
+    ),
+    CorpusSpec(
+        name="mmc4",
+        summary="MMC4 interleaved documents, each image before its matched sentence (VILA, "
+        "OpenFlamingo)",
+        unit="document",
+        read=read_documents,
+        input_patterns=INPUT_PATTERNS,
+        options=DOCUMENT_OPTIONS,
+        metadata_filter=metadata_filter,
+        layout=interleaved,
+        drop_on_image_failure=False,
+        clip=CLIP_DOCUMENTS,
+        sample=bundled_sample,
+    ),
+    CorpusSpec(
+        name="mmc4-reordered",
+        summary="MMC4 with all images first, then all sentences: VILA's reordering ablation",
+        unit="document",
+        read=read_documents,
+        input_patterns=INPUT_PATTERNS,
+        options=DOCUMENT_OPTIONS,
+        metadata_filter=metadata_filter,
+        layout=reordered,
+        drop_on_image_failure=False,
+        clip=CLIP_DOCUMENTS,
+        sample=bundled_sample,
+    ),
+)

@@ -16,10 +16,15 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import BinaryIO, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, BinaryIO, Iterator, Mapping, Sequence
 
+from corpora import filters
 from corpora.inputs import InputError, basename, decompressed
 from corpora.record import Document, Drop, ImageChunk, TextChunk, stable_id
+from corpora.spec import CLIP_PAIRS, CorpusSpec, Option
+
+if TYPE_CHECKING:
+    from corpora.settings import BuildSettings
 
 FILE_PATTERN = "wit_v1.*.tsv.gz"
 
@@ -249,3 +254,70 @@ def read(
             yield parse_row(values, f"{name}:{line}", caption, with_context, corpus)
     except (OSError, EOFError) as exc:
         raise InputError(f"{path}: {exc}") from exc
+
+
+# --- the corpus ----------------------------------------------------------------
+
+
+def read_records(stream: BinaryIO, path: str, settings: BuildSettings) -> Iterator[Document | Drop]:
+    options = settings.corpus_options
+    return read(
+        stream,
+        path,
+        options.get("caption", "reference"),
+        bool(options.get("with_context")),
+        settings.corpus,
+    )
+
+
+def check_input(stream: BinaryIO, path: str, settings: BuildSettings) -> None:
+    check(stream, path)
+
+
+def metadata_filter(doc: Document, settings: BuildSettings) -> Document | Drop:
+    return filters.wit_filter(doc, settings.corpus_options)
+
+
+def _named_languages(codes: tuple[str, ...]) -> str | None:
+    return None if any(codes) else "--languages names no language"
+
+
+def _language_list(codes: tuple[str, ...]) -> list[str]:
+    return sorted({code for code in codes if code})
+
+
+SPECS = (
+    CorpusSpec(
+        name="wit",
+        summary="WIT Wikipedia image/caption pairs (tsv.gz), caption and languages chosen by flags",
+        unit="pair",
+        read=read_records,
+        input_patterns=("*.tsv.gz", "*.tsv"),
+        options=(
+            Option(
+                "caption",
+                str,
+                "reference",  # the caption shown under the image on its page: WIT's main caption
+                "which caption (best = first non-empty of reference, alt, attribution).",
+                choices=tuple(CAPTIONS),
+            ),
+            Option(
+                "languages",
+                tuple,
+                None,
+                "comma-separated language codes to keep, e.g. en,de.",
+                check=_named_languages,
+                store=_language_list,
+            ),
+            Option(
+                "with_context",
+                bool,
+                False,
+                "put page_title and context_section_description before the caption.",
+            ),
+        ),
+        metadata_filter=metadata_filter,
+        check_input=check_input,
+        clip=CLIP_PAIRS,
+    ),
+)

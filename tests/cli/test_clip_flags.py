@@ -21,7 +21,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 def sample_pairs_fetched(directory: str) -> dict[str, tuple[bytes, str]]:
     """id → (image bytes after fetch with the smoke settings, text) for the bundled sample."""
     path = materialize_sample(directory)
-    settings = build_settings.smoke(build_settings.mmc4_pairs((path,), directory))
+    settings = build_settings.smoke(
+        build_settings.corpus_settings("mmc4-pairs", (path,), directory)
+    )
     with open(path, "rb") as stream:
         records = [
             record
@@ -171,7 +173,7 @@ def test_bad_clip_flags_exit_2_with_one_line(tiny_clip, tmp_path, case, message)
 def test_mmc4_build_places_images_before_the_sentences_clip_chose(
     tiny_clip,  # noqa: F811
     tmp_path,
-    image_server,  # noqa: F811
+    image_server,
     tokenizer_path,
 ):
     import hashlib

@@ -139,9 +139,41 @@ def test_memory_stays_bounded_open_sequences_are_capped():
     assert emitted == 1000  # 55..61 tokens: two never fit in 100
 
 
-def test_pack_group_count_depends_on_documents_only():
-    assert pack.pack_group_count(250_000) == 3
-    assert pack.pack_group_count(250_000, 7) == 7
+def test_an_empty_document_is_refused_by_name():
+    empty = TokenizedDocument("blank", "c", np.zeros(0, np.int32), (), (), {"id": "blank"})
+    with pytest.raises(pack.PackingError, match="document 'blank' has no tokens"):
+        list(pack.pack([text_doc("A", [1, 5, 2]), empty], seq_len=8, pad_id=0))
+
+
+def test_a_repeated_document_is_packed_as_often_as_it_comes():
+    # one key (id and content): either copy stands for the other when the bytes are cut
+    a = make_doc("A", [("text", 3), ("image", 0), ("text", 9)])
+    sequences = list(pack.pack([a, a], seq_len=8, pad_id=0))
+    pieces = [(d["id"], d["piece"]) for s in sequences for d in s.documents]
+    assert sorted(pieces) == sorted(2 * [("A", i) for i in range(d_pieces(a, 8))])
+    assert sum(len(s.images) for s in sequences) == 2
+
+
+def d_pieces(doc: TokenizedDocument, seq_len: int) -> int:
+    return len(pack.plan_pieces(doc, seq_len).pieces)
+
+
+def test_plan_pieces_keys_a_document_by_id_and_content():
+    a, b = text_doc("A", [1, 5, 2]), text_doc("A", [1, 6, 2])
+    plan = pack.plan_pieces(a, 8)
+    assert plan.key == pack.doc_key(a) and plan.key.startswith("A#")
+    assert plan.record_id == "A" and plan.pieces == (pack.PieceRef(plan.key, 0, 1, 0, 3),)
+    assert pack.doc_key(b) != plan.key and pack.doc_key(text_doc("A", [1, 5, 2])) == plan.key
+
+
+def test_assemble_sequences_orders_by_number_then_slot_whatever_order_pieces_come_in():
+    a, b, c = text_doc("A", [1, 5, 2]), text_doc("B", [1, 7, 7, 2]), text_doc("C", [1, 9, 2])
+    piece = {d.id: pack.split_document(d, 8)[0] for d in (a, b, c)}
+    placed = [(4, 1, piece["C"]), (3, 0, piece["B"]), (4, 0, piece["A"])]
+    assembled = pack.assemble_sequences(placed, seq_len=8, pad_id=0)
+    assert [number for number, _ in assembled] == [3, 4]
+    assert [[d["id"] for d in s.documents] for _, s in assembled] == [["B"], ["A", "C"]]
+    np.testing.assert_array_equal(assembled[1][1].input_ids, [1, 5, 2, 1, 9, 2, 0, 0])
 
 
 chunk = st.one_of(
@@ -190,7 +222,7 @@ def test_properties_on_random_documents(
             np.testing.assert_array_equal(
                 s.positions[segments == n], np.arange((segments == n).sum())
             )
-        # image slot runs are whole: runs of IMAGE inside a segment are multiples of tokens_per_image
+        # image slot runs are whole: IMAGE runs inside a segment are multiples of tokens_per_image
         for n in range(1, k + 1):
             ids = s.input_ids[segments == n]
             run = 0

@@ -47,7 +47,7 @@ def smoke_settings(
     inputs: str, output: str, tokenizer: str, **fetch_changes
 ) -> build_settings.BuildSettings:
     settings = build_settings.smoke(
-        build_settings.mmc4_pairs((inputs,), output, tokenizer=tokenizer)
+        build_settings.corpus_settings("mmc4-pairs", (inputs,), output, tokenizer=tokenizer)
     )
     fetch = dataclasses.replace(
         settings.fetch,

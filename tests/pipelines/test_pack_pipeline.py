@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 def _settings(tmp_path, output: str, **overrides) -> build_settings.BuildSettings:
     sample = materialize_sample(str(tmp_path / "input"))
-    base = build_settings.mmc4_pairs((sample,), output)
+    base = build_settings.corpus_settings("mmc4-pairs", (sample,), output)
     base = build_settings.smoke(base)
     # seq_len 40 splits every pair (bos + 16 image slots + ~37 text tokens + eos)
     return base.replace(seq_len=40, samples_per_shard=3, pack_groups=3, **overrides)

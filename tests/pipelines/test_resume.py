@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from corpora.settings import mmc4_pairs
+from corpora.settings import corpus_settings
 from corpora.shards import resume as core_resume
 from corpora.tokenizer import Tokenizer
 from pipelines import resume
@@ -146,8 +146,13 @@ def test_sigkill_then_same_command_finishes_only_missing_shards(
 def test_changed_settings_are_refused_unless_overwrite(tmp_path, tokenizer_path):
     output = str(tmp_path / "out")
     tokenizer = Tokenizer(tokenizer_path, 4).info
-    first = mmc4_pairs(
-        ("docs.jsonl",), output, tokenizer=tokenizer_path, seq_len=64, tokens_per_image=4
+    first = corpus_settings(
+        "mmc4-pairs",
+        ("docs.jsonl",),
+        output,
+        tokenizer=tokenizer_path,
+        seq_len=64,
+        tokens_per_image=4,
     )
     resume.prepare_output(first, tokenizer)
     (tmp_path / "out" / "mmc4-pairs-000000.tar").write_bytes(b"old shard")
@@ -174,8 +179,13 @@ def test_output_with_unrecorded_files_is_refused(tmp_path, tokenizer_path):
     output = tmp_path / "out"
     output.mkdir()
     (output / "manifest.json").write_text("{}")
-    settings = mmc4_pairs(
-        ("docs.jsonl",), str(output), tokenizer=tokenizer_path, seq_len=64, tokens_per_image=4
+    settings = corpus_settings(
+        "mmc4-pairs",
+        ("docs.jsonl",),
+        str(output),
+        tokenizer=tokenizer_path,
+        seq_len=64,
+        tokens_per_image=4,
     )
     with pytest.raises(core_resume.SettingsChanged, match="no record of their settings"):
         resume.prepare_output(settings, Tokenizer(tokenizer_path, 4).info)
@@ -184,7 +194,9 @@ def test_output_with_unrecorded_files_is_refused(tmp_path, tokenizer_path):
 @pytest.mark.integration
 def test_cli_refuses_changed_settings_with_one_line(tmp_path, tokenizer_path):
     output = str(tmp_path / "out")
-    settings = mmc4_pairs(("x",), output, tokenizer=tokenizer_path, seq_len=64, tokens_per_image=4)
+    settings = corpus_settings(
+        "mmc4-pairs", ("x",), output, tokenizer=tokenizer_path, seq_len=64, tokens_per_image=4
+    )
     resume.prepare_output(settings, Tokenizer(tokenizer_path, 4).info)
     docs = write_mmc4(str(tmp_path / "docs.jsonl"), mmc4_documents(1, "http://127.0.0.1:9"))
     result = run_cli(*_build_args(docs, output, tokenizer_path, "--seq-len", "128"))

@@ -21,9 +21,16 @@ from apache_beam.options.pipeline_options import (
 )
 
 from corpora.bundled_sample import materialize_sample
-from corpora.settings import mmc4_pairs
+from corpora.settings import corpus_settings
 from pipelines.launch import execute
-from pipelines.runners import PYPROJECT, RunnerError, RunnerSettings, pipeline_options
+from pipelines.runners import (
+    PYPROJECT,
+    RunnerError,
+    RunnerSettings,
+    check_beam_args,
+    pipeline_options,
+    runner_settings_from_flags,
+)
 from tests.beam_services import job_service, worker_pool
 from tests.generated import mmc4_documents, write_mmc4
 from tests.helpers import load_manifest, run_cli
@@ -54,6 +61,62 @@ def test_direct_runner_runs_multi_process_with_workers():
         RunnerSettings(workers=3, beam_args=("--direct_running_mode=multi_threading",))
     )
     assert threads.view_as(DirectOptions).direct_running_mode == "multi_threading"
+
+
+@pytest.mark.parametrize(
+    "runner, args",
+    [
+        ("DirectRunner", ("--direct_running_mode=multi_threading", "--direct_num_workers", "2")),
+        ("DataflowRunner", ("--dry_run=True", "--no_auth", "--experiments=use_runner_v2")),
+        ("FlinkRunner", ("--flink_master=host:8081", "--parallelism=4")),
+        ("SparkRunner", ("--spark_master_url=spark://h:7077",)),
+        ("PortableRunner", ("--s3_endpoint_url=http://127.0.0.1:9000", "--sdk_location=x")),
+    ],
+)
+def test_options_beam_knows_for_the_runner_pass(runner, args):
+    check_beam_args(runner, args)
+
+
+@pytest.mark.parametrize(
+    "args, custom, message",
+    [
+        (
+            ("--direct_running_mod=multi_threading",),
+            (),
+            "unknown Beam option after --: --direct_running_mod "
+            "(did you mean --direct_running_mode?); "
+            "pass options of your own with --custom-beam-option NAME",
+        ),
+        (("--my_option", "7", "--other=1"), ("my_option",), "--other"),
+        (("stray",), (), "not a Beam option after --: 'stray'"),
+        (
+            ("--direct_num_workers=many",),
+            (),
+            "invalid Beam option after --: argument --direct_num_workers: invalid int value",
+        ),
+    ],
+)
+def test_other_arguments_after_the_dashes_are_refused_in_one_line(args, custom, message):
+    with pytest.raises(RunnerError) as refused:
+        RunnerSettings(beam_args=args, custom_options=custom)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_custom_options_go_through_with_or_without_a_value():
+    settings = RunnerSettings(
+        beam_args=("--my_option", "7", "--my_switch", "--direct_running_mode=multi_threading"),
+        custom_options=("my_option", "--my_switch"),
+    )
+    assert settings.beam_args[:2] == ("--my_option", "7")
+
+
+def test_runner_flags_default_to_every_core_locally_and_one_worker_remotely():
+    assert runner_settings_from_flags().workers == (os.cpu_count() or 1)
+    assert runner_settings_from_flags(workers=3, runner=None).workers == 3
+    flink = runner_settings_from_flags(runner="FlinkRunner", flink_master="h:8081")
+    assert flink.workers == 1 and flink.flink_master == "h:8081"
+    with pytest.raises(RunnerError, match="no such runner flag: seq_len"):
+        runner_settings_from_flags(seq_len=8)
 
 
 def test_portable_spark_and_flink_flags_map_onto_beam_options():
@@ -255,7 +318,9 @@ def test_portable_runner_builds_the_same_bytes_as_the_direct_runner(
 @pytest.mark.slow
 def test_dataflow_job_is_built_offline_with_the_package_staged(tmp_path):
     docs = materialize_sample(str(tmp_path / "sample"))
-    settings = mmc4_pairs((docs,), "gs://fake-bucket/mmc4-pairs", seq_len=64, tokens_per_image=4)
+    settings = corpus_settings(
+        "mmc4-pairs", (docs,), "gs://fake-bucket/mmc4-pairs", seq_len=64, tokens_per_image=4
+    )
     runner = RunnerSettings(
         runner="DataflowRunner",
         project="fake-project",
@@ -300,7 +365,9 @@ def test_dataflow_job_is_built_offline_with_the_package_staged(tmp_path):
 
 @pytest.mark.slow
 def test_dataflow_options_are_validated_before_anything_runs(tmp_path):
-    settings = mmc4_pairs(("x.jsonl",), str(tmp_path / "out"), seq_len=64, tokens_per_image=4)
+    settings = corpus_settings(
+        "mmc4-pairs", ("x.jsonl",), str(tmp_path / "out"), seq_len=64, tokens_per_image=4
+    )
     runner = RunnerSettings(
         runner="DataflowRunner",
         project="Not A Project!",

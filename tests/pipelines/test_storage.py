@@ -11,7 +11,7 @@ import boto3
 import fsspec
 import pytest
 
-from corpora.settings import mmc4_pairs
+from corpora.settings import corpus_settings
 from pipelines import storage
 from pipelines.launch import execute
 from pipelines.runners import RunnerSettings
@@ -56,7 +56,8 @@ def test_build_reads_an_fsspec_input_in_a_beam_pipeline(tmp_path, image_server, 
     local = write_mmc4(str(tmp_path / "docs.jsonl"), mmc4_documents(3, image_server.base))
     with open(local, "rb") as source, fsspec.open("memory://hub/docs.jsonl", "wb") as target:
         target.write(source.read())
-    settings = mmc4_pairs(
+    settings = corpus_settings(
+        "mmc4-pairs",
         ("memory://hub/*.jsonl",),
         str(tmp_path / "out"),
         tokenizer=tokenizer_path,

@@ -9,7 +9,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.testing.util import assert_that, equal_to
 
 from corpora import catalog
-from corpora.settings import mmc4_pairs, smoke
+from corpora.settings import corpus_settings, smoke
 from corpora.tokenizer import Tokenizer
 from pipelines import transforms as t
 from tests.helpers import write_jsonl
@@ -36,7 +36,7 @@ def test_read_fetch_tokenize_in_beam(tmp_path, image_server, tokenizer_path):
         ],
     }
     source = write_jsonl(str(tmp_path / "docs.jsonl"), [good, "{broken", json.dumps({"url": "x"})])
-    settings = smoke(mmc4_pairs((source,), str(tmp_path / "out")))
+    settings = smoke(corpus_settings("mmc4-pairs", (source,), str(tmp_path / "out")))
     settings = settings.replace(
         fetch=settings.fetch.__class__(image_size=16, allow_private_urls=True)
     )

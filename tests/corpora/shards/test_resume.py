@@ -2,15 +2,20 @@ from __future__ import annotations
 
 import pytest
 
-from corpora.settings import mmc4_pairs
+from corpora.settings import corpus_settings
 from corpora.shards import resume
 from corpora.tokenizer import Tokenizer
 
 
 def test_fingerprint_holds_what_shapes_the_bytes_but_not_where_they_go(tokenizer_path):
     info = Tokenizer(tokenizer_path, 4).info
-    local = mmc4_pairs(
-        ("docs.jsonl",), "/data/out", tokenizer=tokenizer_path, seq_len=64, tokens_per_image=4
+    local = corpus_settings(
+        "mmc4-pairs",
+        ("docs.jsonl",),
+        "/data/out",
+        tokenizer=tokenizer_path,
+        seq_len=64,
+        tokens_per_image=4,
     )
     bucket = local.replace(output="s3://bucket/out")
     assert resume.fingerprint(local, info) == resume.fingerprint(bucket, info)

@@ -1,0 +1,121 @@
+"""``corpora build``: flags to settings (the core), inputs checked (the pipelines),
+the build run, and what it prints."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, Sequence
+
+import click
+
+from cli.common import UsageFailure, usage_errors
+from cli.quiet import only_corpora_lines
+from corpora.flags import FlagError, describe_clip, settings_from_flags
+from corpora.inputs import InputError
+from pipelines.runners import (
+    RUNNER_FLAGS,
+    RunnerError,
+    runner_settings_from_flags,
+    use_filesystems,
+)
+
+
+def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str, Any]) -> None:
+    """Build ``corpus`` with the command line's ``flags``; exit 2 on a usage
+    error, 1 when the pipeline fails."""
+    from corpora.shards.resume import SettingsChanged
+    from pipelines.inputs import resolve_inputs
+    from pipelines.launch import execute
+
+    verbose = logging.getLogger().isEnabledFor(logging.INFO)
+    runner_flags = {name: flags.pop(name) for name in RUNNER_FLAGS}
+    with usage_errors(FlagError, InputError, RunnerError):
+        runner = runner_settings_from_flags(beam_args, **runner_flags)
+        use_filesystems(runner, verbose)  # s3 endpoint and keys, for the input checks
+        settings = settings_from_flags(corpus, **flags)
+        clip_line = describe_clip(settings)
+        if not flags["inputs"]:
+            click.echo(
+                f"No --input given: building the bundled sample corpus ({settings.inputs[0]})"
+            )
+        settings = resolve_inputs(settings)
+    if clip_line:
+        click.echo(clip_line)
+    # remote runners size their own workers unless --workers is given
+    shown = runner.runner == "DirectRunner" or runner_flags["workers"] is not None
+    where = f" ({runner.workers} workers)" if shown else ""
+    click.echo(f"Building {corpus} → {settings.output} with {runner.runner}{where}")
+    click.echo("  " + ", ".join(f"{k}={v}" for k, v in settings.derived().items()))
+    if settings.corpus_options:
+        click.echo("  " + ", ".join(f"{k}={v}" for k, v in settings.corpus_options.items()))
+    try:
+        with usage_errors(SettingsChanged, RunnerError), only_corpora_lines(not verbose):
+            outcome = execute(
+                settings,
+                runner,
+                overwrite=overwrite,
+                verbose=verbose,
+                progress_every=settings.fetch.progress_interval,
+            )
+    except UsageFailure:
+        raise
+    except Exception as exc:  # the pipeline failed: one line, exit 1
+        message = str(exc).strip().splitlines()
+        click.echo(
+            f"corpora: build failed: {message[-1] if message else type(exc).__name__}", err=True
+        )
+        if verbose:
+            raise
+        sys.exit(1)
+    if outcome.manifest is None:
+        click.echo(
+            f"Dry run: the {runner.runner} job was built and validated; nothing was run or written."
+        )
+        return
+    print_summary(outcome.manifest)
+    print_run(outcome)
+
+
+def print_run(outcome) -> None:
+    counters, rates = outcome.counters, outcome.throughput()
+    resumed = counters.get("shards.resumed", 0)
+    if resumed:
+        click.echo(
+            f"Resumed: {resumed} shard(s) were already complete and left as they were; "
+            f"{counters.get('shards', 0)} written now"
+        )
+    click.echo(
+        f"Throughput over {outcome.seconds:.1f} s: {rates['input_per_s']:.1f} input records/s, "
+        f"{rates['images_per_s']:.1f} images/s, {rates['megabytes_per_s']:.2f} MB/s of shards"
+    )
+    images = {k[len("images.") :]: v for k, v in counters.items() if k.startswith("images.")}
+    if images:
+        click.echo("  image fetches: " + ", ".join(f"{k} {v}" for k, v in sorted(images.items())))
+
+
+def print_summary(manifest: dict) -> None:
+    funnel, totals = manifest["funnel"], manifest["totals"]
+    click.echo(
+        f"Wrote {totals['shards']} shard(s), {totals['samples']} sequences, "
+        f"{totals['documents']} documents, {totals['images']} images"
+    )
+    if manifest["shard_pattern"]:
+        click.echo(f"  shards: {manifest['shard_pattern']}")
+    click.echo(f"Funnel ({funnel['unit']}s): input {funnel['input']}, kept {funnel['kept']}")
+    for reason, count in sorted(funnel["dropped"].items(), key=lambda kv: -kv[1]):
+        click.echo(f"  dropped {reason}: {count}")
+    click.echo("Statistics: stats.json (`corpora stats DIR`, `corpora report DIR`)")
+    images = manifest.get("images")
+    if images:
+        click.echo(
+            f"Images: {images['input']} attempted, {images['ok']} ok"
+            + "".join(
+                f", {reason} {n}"
+                for reason, n in sorted(images["failed"].items(), key=lambda kv: -kv[1])
+            )
+        )
+        if images["failed"]:
+            click.echo(
+                f"  failed URLs: {images['failures_file']} (rebuild them with --retry-failures)"
+            )

@@ -1,0 +1,44 @@
+"""The corpus options of ``corpora build``: one flag per option of the catalog's specs.
+
+Nothing here names a corpus: a corpus added to the catalog brings its flags.
+An option named like one of the build's own flags (coyo's ``min_clip_sim``
+and ``max_aspect_ratio``) is set by that flag (see :mod:`corpora.flags`),
+whose help says so with :func:`help_for`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from corpora import catalog, flags
+from corpora.spec import Option
+
+
+def corpus_options(command):
+    """Add a flag for every catalog option that is not one of the build's own flags."""
+    own = set(flags.FETCH_FLAGS) | set(flags.CLIP_FLAGS) | set(flags.BUILD_FLAGS)
+    for option in reversed(list(catalog.options().values())):
+        if option.name not in own:
+            command = click.option(option.flag, option.name, **_click(option))(command)
+    return command
+
+
+def help_for(name: str) -> str:
+    """What the option ``name`` does and for which corpora: ``"coyo: keep rows …"``."""
+    option = catalog.options()[name]
+    default = "" if option.default in (None, False) else f" Default: {option.default}."
+    return f"{', '.join(catalog.option_users(name))}: {option.help}{default}"
+
+
+def _click(option: Option) -> dict[str, Any]:
+    # default None: a flag left out keeps the corpus's default (corpora.flags)
+    shown = {"help": help_for(option.name), "default": None}
+    if option.type is bool:
+        return {**shown, "is_flag": True}
+    if option.choices:
+        return {**shown, "type": click.Choice(option.choices)}
+    if option.type is tuple:
+        return {**shown, "type": str, "metavar": "A,B,…"}
+    return {**shown, "type": option.type}

@@ -1,0 +1,255 @@
+"""The flags of ``corpora build``, mapped onto :class:`~corpora.settings.BuildSettings`.
+
+:func:`settings_from_flags` is what ``corpora build CORPUS --flag …`` builds,
+callable from Python with the flags named as the command line names them,
+dashes as underscores (``seq_len=512`` for ``--seq-len 512``, ``inputs=(…)``
+for ``--input``). A flag left out, or given as ``None``, keeps its default.
+The rules that concern more than one setting live here, not in the CLI:
+
+- a corpus option (:mod:`corpora.spec`) applies only to the corpora whose spec
+  declares it; any other corpus refuses it;
+- ``--min-clip-sim`` has two meanings: with ``--clip-model``, the lowest
+  computed CLIP score kept; without it, the corpus option of that name (coyo:
+  its precomputed similarity sum);
+- ``--max-aspect-ratio`` is checked on every decoded image and, for a corpus
+  with that option, on the source's own width and height before any download;
+- without ``--input`` a corpus with a bundled sample builds it;
+- ``--smoke`` comes last and wins.
+
+Every refusal is a :class:`FlagError` whose message is one line for the user.
+
+>>> built = settings_from_flags("mmc4", inputs=("docs.jsonl",), output="/out", max_images=3)
+>>> built.corpus_options["max_images"], built.seq_len, built.fetch.image_size
+(3, 2048, 336)
+>>> settings_from_flags("c4", inputs=("c4.json.gz",), min_sim=0.3)
+Traceback (most recent call last):
+...
+corpora.flags.FlagError: --min-sim does not apply to c4 (only to mmc4, mmc4-reordered)
+>>> settings_from_flags("c4", inputs=("c4.json.gz",), seq_lenght=100)
+Traceback (most recent call last):
+...
+corpora.flags.FlagError: no such flag: seq_lenght (did you mean seq_len?)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import tempfile
+from typing import Any
+
+from corpora import catalog
+from corpora.settings import SAMPLE_TOKENIZER, BuildSettings, corpus_settings, smoke
+from corpora.spec import CLIP_DOCUMENTS, CLIP_PAIRS
+
+# The bundled sample is written to a fixed place, so that running the same
+# command again resumes the same build.
+SAMPLE_DIRECTORY = os.path.join(tempfile.gettempdir(), "corpora-sample")
+PROGRESS_EVERY = 30.0  # seconds between progress lines, the command line's default
+
+# Flags that set a field of BuildSettings of the same name.
+BUILD_FLAGS = (
+    "tokenizer",
+    "seq_len",
+    "tokens_per_image",
+    "image_token_id",
+    "pad_id",
+    "samples_per_shard",
+    "pack_groups",
+    "pack",
+)
+# flag → FetchSettings field (``ignore_opt_out`` sets ``respect_opt_out`` to its opposite).
+FETCH_FLAGS = {
+    "image_size": "image_size",
+    "resize_mode": "resize_mode",
+    "allow_private_urls": "allow_private_urls",
+    "progress_every": "progress_interval",
+    "fetch_concurrency": "concurrency",
+    "per_host_concurrency": "per_host_concurrency",
+    "per_host_rate": "per_host_rate",
+    "connect_timeout": "connect_timeout",
+    "read_timeout": "read_timeout",
+    "total_timeout": "total_timeout",
+    "max_image_bytes": "max_bytes",
+    "max_attempts": "max_attempts",
+    "min_image_size": "min_image_size",
+    "max_aspect_ratio": "max_aspect_ratio",
+    "max_pixels": "max_pixels",
+    "jpeg_quality": "jpeg_quality",
+    "user_agent": "user_agent",
+    "ignore_opt_out": "respect_opt_out",
+    "allow_network": "allow_networks",
+    "retry_failures": "retry_failures",
+    "retry_reason": "retry_reasons",
+}
+# flag → ClipSettings option (``clip_model`` and ``clip_pretrained`` name the model).
+CLIP_FLAGS = {
+    "clip_batch_size": "batch_size",
+    "clip_device": "device",
+    "min_clip_sim": "min_sim",
+    "clip_top_fraction": "top_fraction",
+    "save_embeddings": "save_embeddings",
+}
+OTHER_FLAGS = ("inputs", "output", "smoke", "clip_model", "clip_pretrained")
+
+
+class FlagError(ValueError):
+    """Flags that cannot make a build; the message is one line for the user."""
+
+
+def flag_names() -> tuple[str, ...]:
+    """Every flag :func:`settings_from_flags` takes, corpus options included."""
+    names = (*OTHER_FLAGS, *BUILD_FLAGS, *FETCH_FLAGS, *CLIP_FLAGS, *catalog.options())
+    return tuple(dict.fromkeys(names))
+
+
+def dashed(name: str) -> str:
+    """``seq_len`` → ``--seq-len`` (``inputs`` → ``--input``)."""
+    return "--" + ("input" if name == "inputs" else name).replace("_", "-")
+
+
+def settings_from_flags(corpus: str, **flags: Any) -> BuildSettings:
+    """The settings ``corpora build CORPUS`` builds from ``flags`` (module doc)."""
+    try:
+        spec = catalog.get(corpus)
+    except KeyError as exc:
+        raise FlagError(exc.args[0]) from None
+    _refuse_unknown(flags)
+    given = {name: value for name, value in flags.items() if value is not None}
+    fields = {name: given[name] for name in BUILD_FLAGS if name in given}
+    _check_tokenizer(fields.setdefault("tokenizer", SAMPLE_TOKENIZER))
+    clip = _clip_settings(corpus, given)
+    options = _corpus_options(corpus, given, clip_given="clip_model" in given)
+    output = given.get("output") or os.path.join("corpora-out", corpus)
+    if "://" not in output:
+        output = os.path.abspath(output)
+    inputs = tuple(given.get("inputs") or ())
+    if not inputs:
+        if spec.sample is None:
+            having = [name for name, other in catalog.CORPORA.items() if other.sample is not None]
+            raise FlagError(
+                f"--input is required for {corpus} (the bundled sample is for "
+                f"{', '.join(having) or 'no corpus'})"
+            )
+        inputs = (spec.sample(SAMPLE_DIRECTORY),)
+    try:
+        settings = corpus_settings(corpus, inputs, output, clip=clip, **fields, **options)
+        settings = settings.replace(fetch=_fetch_settings(settings, given))
+    except ValueError as exc:
+        raise FlagError(str(exc)) from None
+    return smoke(settings) if given.get("smoke") else settings
+
+
+def _refuse_unknown(flags: dict[str, Any]) -> None:
+    known = flag_names()
+    for name in flags:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise FlagError(f"no such flag: {name}{hint}")
+
+
+def _corpus_options(corpus: str, given: dict[str, Any], clip_given: bool) -> dict[str, Any]:
+    """The corpus options among ``given``, refusing those of other corpora."""
+    spec = catalog.get(corpus)
+    options = {}
+    for name in catalog.options():
+        if name not in given or (name == "min_clip_sim" and clip_given):
+            continue  # not given, or the CLIP stage's threshold
+        if spec.option(name) is not None:
+            options[name] = given[name]
+        elif name == "min_clip_sim":
+            users = catalog.option_users(name)
+            raise FlagError(
+                "--min-clip-sim needs --clip-model (without it, only "
+                f"{', '.join(users)} {'has' if len(users) == 1 else 'have'} precomputed scores)"
+            )
+        elif name not in FETCH_FLAGS:  # a fetch flag applies to every corpus
+            users = ", ".join(catalog.option_users(name))
+            raise FlagError(f"{dashed(name)} does not apply to {corpus} (only to {users})")
+    return options
+
+
+def _clip_settings(corpus: str, given: dict[str, Any]):
+    """``ClipSettings`` for the CLIP flags, or ``None`` without ``--clip-model``."""
+    model = given.get("clip_model")
+    if model is None:
+        for name in ("clip_pretrained", "clip_top_fraction", "save_embeddings"):
+            if given.get(name):
+                raise FlagError(f"{dashed(name)} needs --clip-model")
+        return None
+    use = catalog.get(corpus).clip
+    pairs, documents = catalog.clip_corpora(CLIP_PAIRS), catalog.clip_corpora(CLIP_DOCUMENTS)
+    if use is None:
+        raise FlagError(
+            f"--clip-model scores image-text pairs or documents "
+            f"({', '.join(pairs + documents)}), not {corpus}"
+        )
+    if use == CLIP_DOCUMENTS:
+        # a global top fraction of images inside documents is not defined; embeddings rows are pairs
+        for name in ("clip_top_fraction", "save_embeddings"):
+            if given.get(name):
+                raise FlagError(
+                    f"{dashed(name)} applies to pair corpora ({', '.join(pairs)}), not to "
+                    f"{corpus} documents (use --min-clip-sim to remove their low-scoring images)"
+                )
+    if given.get("clip_pretrained") is None:
+        raise FlagError(
+            "--clip-model needs --clip-pretrained (an open_clip tag such as openai, "
+            "or a local checkpoint file)"
+        )
+    from corpora import clip
+
+    options = {option: given[name] for name, option in CLIP_FLAGS.items() if name in given}
+    try:
+        return clip.clip_settings(model, given["clip_pretrained"], **options)
+    except ValueError as exc:  # ClipModelError among them
+        raise FlagError(str(exc)) from None
+
+
+def _fetch_settings(settings: BuildSettings, given: dict[str, Any]):
+    changes: dict[str, Any] = {"progress_interval": PROGRESS_EVERY}
+    for name, field in FETCH_FLAGS.items():
+        if name not in given:
+            continue
+        value = given[name]
+        if name == "ignore_opt_out":
+            value = not value
+        elif name in ("allow_network", "retry_reason"):
+            value = tuple(value)
+        elif name == "retry_failures" and "://" not in value:
+            value = os.path.abspath(value)
+        changes[field] = value
+    return dataclasses.replace(settings.fetch, **changes)
+
+
+def _check_tokenizer(path: str) -> None:
+    if not os.path.isfile(path):
+        raise FlagError(f"tokenizer not found: {path}")
+    import sentencepiece as spm
+
+    try:
+        spm.SentencePieceProcessor(model_file=path)
+    except (OSError, RuntimeError) as exc:
+        raise FlagError(
+            f"tokenizer is not a readable SentencePiece model: {path} ({str(exc).splitlines()[0]})"
+        ) from None
+
+
+def describe_clip(settings: BuildSettings) -> str | None:
+    """Load the build's CLIP model once, so that a bad name or checkpoint fails
+    now, in one line, rather than inside a worker; a line that says what scores."""
+    if settings.clip is None:
+        return None
+    from corpora import clip
+
+    try:
+        device = clip.resolve_device(settings.clip.device)
+        loaded = clip.load_clip(settings.clip, device="cpu")
+    except clip.ClipModelError as exc:
+        raise FlagError(str(exc)) from None
+    return (
+        f"CLIP: {settings.clip.model_id}, embedding dim {loaded.embed_dim}, "
+        f"batch {settings.clip.batch_size}, device {device}"
+    )

@@ -1,0 +1,62 @@
+"""A build's inputs, resolved and checked before anything runs.
+
+Inputs go through Beam's FileSystems (local paths, gs://, s3://) or fsspec
+(hf://), so resolving them is the pipelines' job. A directory becomes the
+corpus's file patterns (``CorpusSpec.input_patterns``); every input must
+match files that open; the corpus's own check (a COYO parquet holds the
+columns the build reads) runs on every file; a ``--retry-failures`` file must
+be a readable ``failures.parquet``. Each refusal is an
+:class:`~corpora.inputs.InputError` with one line that names the file.
+"""
+
+from __future__ import annotations
+
+import os
+
+from corpora import catalog
+from corpora.inputs import InputError
+from corpora.settings import BuildSettings
+from pipelines import storage
+
+
+def resolve_inputs(settings: BuildSettings) -> BuildSettings:
+    """``settings`` with each input as the patterns the pipeline matches, after
+    checking every file they match."""
+    spec = catalog.get(settings.corpus)
+    resolved: list[str] = []
+    for given in settings.inputs:
+        patterns = [given]
+        if os.path.isdir(given):
+            patterns = [os.path.join(given, pattern) for pattern in spec.input_patterns]
+        matched: list[str] = []
+        for pattern in patterns:
+            try:
+                matched += storage.match(pattern)
+            except Exception as exc:  # Beam raises BeamIOError and friends
+                raise InputError(f"cannot read input {given}: {_first_line(exc)}") from None
+        if not matched:
+            raise InputError(f"input not found: {given}")
+        for path in sorted(matched):
+            try:
+                with storage.open_read(path) as stream:
+                    stream.read(1)
+            except Exception as exc:
+                raise InputError(f"cannot read input {path}: {_first_line(exc)}") from None
+            if spec.check_input is not None:
+                with storage.open_read(path) as stream:
+                    spec.check_input(stream, path, settings)
+        resolved += patterns
+    if settings.fetch.retry_failures:
+        _check_failures_file(settings.fetch.retry_failures)
+    return settings.replace(inputs=tuple(resolved))
+
+
+def _check_failures_file(path: str) -> None:
+    try:
+        storage.read_failure_urls(path)
+    except Exception as exc:  # missing file, not parquet, no url column
+        raise InputError(f"cannot read failures file {path}: {_first_line(exc)}") from None
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

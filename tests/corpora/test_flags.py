@@ -1,0 +1,174 @@
+"""settings_from_flags: the build flags onto BuildSettings, from Python, no subprocess."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+
+from corpora import flags
+from corpora.flags import FlagError, settings_from_flags
+from corpora.settings import DEFAULTS, SAMPLE_TOKENIZER
+from tests.clip_model import TINY_NAME, tiny_clip  # noqa: F401
+
+
+def test_no_flags_gives_the_defaults(tmp_path):
+    built = settings_from_flags("c4", inputs=("c4.json.gz",), output=str(tmp_path / "out"))
+    assert built == DEFAULTS.replace(
+        corpus="c4",
+        inputs=("c4.json.gz",),
+        output=str(tmp_path / "out"),
+        fetch=dataclasses.replace(DEFAULTS.fetch, progress_interval=flags.PROGRESS_EVERY),
+    )
+    assert built.tokenizer == SAMPLE_TOKENIZER and built.clip is None
+
+
+def test_output_defaults_to_corpora_out_and_is_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert settings_from_flags("c4", inputs=("x",)).output == str(tmp_path / "corpora-out" / "c4")
+    assert settings_from_flags("c4", inputs=("x",), output="rel").output == str(tmp_path / "rel")
+    assert settings_from_flags("c4", inputs=("x",), output="gs://b/c4").output == "gs://b/c4"
+
+
+def test_build_fetch_and_corpus_flags_land_in_their_settings(tmp_path):
+    built = settings_from_flags(
+        "wit",
+        inputs=("w.tsv.gz",),
+        seq_len=512,
+        tokens_per_image=8,
+        pack=False,
+        image_size=64,
+        resize_mode="border",
+        fetch_concurrency=7,
+        max_image_bytes=1000,
+        ignore_opt_out=True,
+        allow_network=["10.0.0.0/8"],
+        retry_failures="failures.parquet",
+        retry_reason=["http_404"],
+        progress_every=0,
+        caption="best",
+        languages="fr,en",
+    )
+    assert (built.seq_len, built.tokens_per_image, built.pack) == (512, 8, False)
+    fetch = built.fetch
+    assert (fetch.image_size, fetch.resize_mode, fetch.concurrency, fetch.max_bytes) == (
+        64,
+        "border",
+        7,
+        1000,
+    )
+    assert fetch.respect_opt_out is False and fetch.allow_networks == ("10.0.0.0/8",)
+    assert fetch.retry_failures == os.path.abspath("failures.parquet")
+    assert fetch.retry_reasons == ("http_404",) and fetch.progress_interval == 0
+    assert built.corpus_options == {
+        "caption": "best",
+        "languages": ["en", "fr"],
+        "with_context": False,
+    }
+
+
+def test_smoke_comes_last():
+    built = settings_from_flags("c4", inputs=("x",), seq_len=4096, image_size=512, smoke=True)
+    assert (built.seq_len, built.tokens_per_image, built.samples_per_shard) == (256, 16, 8)
+    assert built.fetch.image_size == 64
+
+
+def test_max_aspect_ratio_is_checked_on_images_and_on_coyo_rows():
+    coyo = settings_from_flags("coyo", inputs=("x",), max_aspect_ratio=3.0)
+    assert coyo.fetch.max_aspect_ratio == 3.0 and coyo.corpus_options["max_aspect_ratio"] == 3.0
+    mmc4 = settings_from_flags("mmc4", inputs=("x",), max_aspect_ratio=3.0)
+    assert mmc4.fetch.max_aspect_ratio == 3.0 and "max_aspect_ratio" not in mmc4.corpus_options
+
+
+def test_min_clip_sim_without_clip_model_is_coyo_s_precomputed_threshold():
+    coyo = settings_from_flags("coyo", inputs=("x",), min_clip_sim=0.5)
+    assert coyo.corpus_options["min_clip_sim"] == 0.5 and coyo.clip is None
+    with pytest.raises(FlagError) as refused:
+        settings_from_flags("mmc4-pairs", inputs=("x",), min_clip_sim=0.5)
+    assert str(refused.value) == (
+        "--min-clip-sim needs --clip-model (without it, only coyo has precomputed scores)"
+    )
+
+
+@pytest.mark.slow
+def test_min_clip_sim_with_clip_model_is_the_computed_score_threshold(tiny_clip):  # noqa: F811
+    coyo = settings_from_flags(
+        "coyo",
+        inputs=("x",),
+        clip_model=tiny_clip.config_path,
+        clip_pretrained=tiny_clip.checkpoint,
+        min_clip_sim=0.1,
+        clip_batch_size=4,
+        save_embeddings=True,
+    )
+    assert coyo.clip.min_sim == 0.1 and coyo.clip.batch_size == 4 and coyo.clip.save_embeddings
+    assert coyo.clip.model_id == f"{TINY_NAME}/tiny.pt"
+    assert coyo.corpus_options["min_clip_sim"] == 0.6  # the precomputed filter keeps its default
+    line = flags.describe_clip(coyo)
+    assert line.startswith(f"CLIP: {TINY_NAME}/tiny.pt, embedding dim 32, batch 4, device ")
+    assert flags.describe_clip(settings_from_flags("coyo", inputs=("x",))) is None
+
+
+@pytest.mark.parametrize(
+    "corpus, given, message",
+    [
+        ("c4", {"min_sim": 0.3}, "--min-sim does not apply to c4 (only to mmc4, mmc4-reordered)"),
+        ("coyo", {"caption": "alt"}, "--caption does not apply to coyo (only to wit)"),
+        ("mmc4", {"min_sim": 1.5}, "--min-sim is a cosine similarity, -1..1; got 1.5"),
+        ("wit", {"languages": ","}, "--languages names no language"),
+        ("mmc4", {"seq_len": 4}, "seq_len must be at least 8, got 4"),
+        ("c4", {"clip_pretrained": "openai"}, "--clip-pretrained needs --clip-model"),
+        ("coyo", {"save_embeddings": True}, "--save-embeddings needs --clip-model"),
+        (
+            "c4",
+            {"clip_model": "ViT-B-32", "clip_pretrained": "openai"},
+            "--clip-model scores image-text pairs or documents "
+            "(coyo, mmc4-pairs, wit, mmc4, mmc4-reordered), not c4",
+        ),
+        (
+            "mmc4",
+            {"clip_model": "ViT-B-32", "clip_pretrained": "openai", "clip_top_fraction": 0.5},
+            "--clip-top-fraction applies to pair corpora (coyo, mmc4-pairs, wit), not to mmc4 "
+            "documents (use --min-clip-sim to remove their low-scoring images)",
+        ),
+        (
+            "wit",
+            {"clip_model": "ViT-B-32"},
+            "--clip-model needs --clip-pretrained (an open_clip tag such as openai, "
+            "or a local checkpoint file)",
+        ),
+        (
+            "wit",
+            {"clip_model": "ViT-B-32", "clip_pretrained": "openai", "clip_top_fraction": 0},
+            "--clip-top-fraction must be in (0, 1], got 0",
+        ),
+        ("c4", {"seq_lenght": 100}, "no such flag: seq_lenght (did you mean seq_len?)"),
+        ("c5", {}, "unknown corpus 'c5'; one of: c4, coyo, mmc4, mmc4-pairs, mmc4-reordered, wit"),
+    ],
+)
+def test_refusals_are_one_line_flag_errors(corpus, given, message):
+    with pytest.raises(FlagError) as refused:
+        settings_from_flags(corpus, **{"inputs": ("x",), **given})
+    assert str(refused.value) == message
+
+
+def test_tokenizer_is_checked(tmp_path):
+    with pytest.raises(FlagError, match="tokenizer not found: "):
+        settings_from_flags("c4", inputs=("x",), tokenizer=str(tmp_path / "none.model"))
+    junk = tmp_path / "junk.model"
+    junk.write_text("not a model")
+    with pytest.raises(FlagError, match="tokenizer is not a readable SentencePiece model: "):
+        settings_from_flags("c4", inputs=("x",), tokenizer=str(junk))
+
+
+def test_no_input_builds_the_bundled_sample_where_there_is_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(flags, "SAMPLE_DIRECTORY", str(tmp_path / "sample"))
+    built = settings_from_flags("mmc4-reordered")
+    assert built.inputs == (str(tmp_path / "sample" / "mmc4-sample.jsonl"),)
+    assert os.path.getsize(built.inputs[0]) > 0
+    with pytest.raises(FlagError) as refused:
+        settings_from_flags("wit")
+    assert str(refused.value) == (
+        "--input is required for wit (the bundled sample is for mmc4, mmc4-pairs, mmc4-reordered)"
+    )
