@@ -37,7 +37,8 @@ from corpora.store.outcomes import Failed, ImageRef, Outcome, Stored
 
 IMAGE_EXTENSIONS = {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "webp": "WEBP"}
 _HTTP = re.compile(r"HTTP Error (\d{3})")
-_RESIZE_REASONS = {
+_RESIZE_REASONS = {  # img2dataset's resizer messages
+    "Image decoding error": "not_image",
     "image too small": "too_small",
     "image area too large": "too_many_pixels",
     "aspect ratio too large": "bad_aspect",
