@@ -34,8 +34,9 @@ from corpora.store.files import Files
 from corpora.store.index import StoreIndex
 from corpora.store.keys import StoreError
 from corpora.store.outcomes import Failed, ImageRef, Outcome, Stored
+from corpora.store.writer import identify
 
-IMAGE_EXTENSIONS = {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "webp": "WEBP"}
+IMAGE_EXTENSIONS = {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "webp": "WEBP"}  # encode_format
 _HTTP = re.compile(r"HTTP Error (\d{3})")
 _RESIZE_REASONS = {  # img2dataset's resizer messages
     "Image decoding error": "not_image",
@@ -124,20 +125,27 @@ class Img2DatasetOutput:
             )
         return table.to_pylist()
 
-    def members(self, shard: str) -> dict[str, tuple[int, int, str, str]]:
-        """``key → (offset, size, sha256, format)`` of the images in ``shard``'s tar."""
-        found: dict[str, tuple[int, int, str, str]] = {}
+    def members(self, shard: str) -> dict[str, tuple[ImageRef, str, int, int]]:
+        """``key → (ref, format, width, height)`` of the images in ``shard``'s
+        tar, format and size read from each image's header (with
+        ``disable_all_reencoding`` a ``.jpg`` member may hold a PNG)."""
+        found: dict[str, tuple[ImageRef, str, int, int]] = {}
+        tar_url = self.files.url(f"{shard}.tar")  # one string shared by the shard's refs
         with self.files.fs.open(self.files.path(f"{shard}.tar"), "rb") as stream:
             with tarfile.open(fileobj=stream, mode="r|") as tar:
                 for member in tar:
                     tar.members.clear()  # read once; keeping headers grows with the tar
                     key, _, extension = member.name.rsplit("/", 1)[-1].partition(".")
-                    kind = IMAGE_EXTENSIONS.get(extension.lower())
-                    if kind is None or not member.isfile():
+                    if extension.lower() not in IMAGE_EXTENSIONS or not member.isfile():
                         continue
                     data = tar.extractfile(member).read()  # type: ignore[union-attr]
-                    digest = hashlib.sha256(data).hexdigest()
-                    found[key] = (member.offset_data, member.size, digest, kind)
+                    ref = ImageRef(
+                        tar_url, member.offset_data, member.size, hashlib.sha256(data).hexdigest()
+                    )
+                    header = identify(data)
+                    if isinstance(header, str):
+                        header = (IMAGE_EXTENSIONS[extension.lower()], 0, 0)
+                    found[key] = (ref, *header)
         return found
 
     def entries(self, shard: str) -> Iterator[tuple[float, Outcome]]:
@@ -153,9 +161,7 @@ class Img2DatasetOutput:
                         f"{tar_url}: no image member for key {key}, which its parquet "
                         "lists as a success"
                     )
-                offset, size, digest, kind = members[key]
-                ref = ImageRef(tar_url, offset, size, digest)
-                width, height = int(row.get("width") or 0), int(row.get("height") or 0)
+                ref, kind, width, height = members[key]
                 yield 0.0, Stored(url, key, ref, width, height, kind)
             else:
                 message = row.get("error_message")

@@ -8,12 +8,13 @@ import os
 import subprocess
 import sys
 import tarfile
+import urllib.request
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from corpora.fetch import FetchSettings
+from corpora.fetch import Fetcher, FetchSettings
 from corpora.store import (
     UNKNOWN,
     Failed,
@@ -49,9 +50,14 @@ def _download(tmp_path, urls: list[str], **options) -> str:
         "retries": 0,
         **options,
     }
-    script = f"from img2dataset import download; download(**{json.dumps(arguments)})"
+    script = (
+        "import json, sys; from img2dataset import download; download(**json.loads(sys.argv[1]))"
+    )
     done = subprocess.run(
-        [sys.executable, "-c", script], env=python_env(), capture_output=True, text=True
+        [sys.executable, "-c", script, json.dumps(arguments)],
+        env=python_env(),
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return output
@@ -65,37 +71,50 @@ def _members(tar_path: str) -> dict[str, bytes]:
 @pytest.mark.slow
 @pytest.mark.integration
 def test_every_image_of_an_img2dataset_download_reads_back(tmp_path, image_server):
-    images = [image_server.url(f"/img/{40 + i}x{30 + 2 * i}/i2d-{i}.jpg") for i in range(7)]
-    images.append(image_server.url("/png/50x20/i2d-p.png"))
+    jpegs = [image_server.url(f"/img/{40 + i}x{30 + 2 * i}/i2d-{i}.jpg") for i in range(7)]
+    png = image_server.url("/png/50x20/i2d-p.png")
     failures = {
         image_server.url("/status/404"): ("http_404", 404),
         image_server.url("/always/503"): ("http_5xx", 503),
         image_server.url("/text/i2d"): ("not_image", None),
         image_server.url("/noai/i2d.jpg"): ("opted_out", None),
     }
-    output = _download(tmp_path, images + list(failures), resize_mode="no")
+    # originals kept where they are JPEGs already; the PNG is re-encoded as JPEG
+    urls = jpegs + [png] + list(failures)
+    output = _download(tmp_path, urls, resize_mode="no", skip_reencode=True)
 
     download = Img2DatasetOutput(output)
     assert download.shards == ["00000", "00001", "00002"] and download.incomplete == []
     index = download.index()
-    assert len(index) == len(images) + len(failures)
+    assert len(index) == len(jpegs) + 1 + len(failures)
+    assert index.counts() == {"stored": 8, "failed_retryable": 1, "failed_final": 3}
 
     members = {}
     for shard in download.shards:
         members.update(_members(os.path.join(output, shard + ".tar")))
+    rows = {r["url"]: r for shard in download.shards for r in download.rows(shard)}
+    settings = FetchSettings(image_size=24, allow_private_urls=True)
+    with Fetcher(settings) as fetcher:
+        direct = dict(fetcher.fetch(jpegs + [png]))
     with ImageReader() as reader:
-        for url in images:
+        for url in jpegs + [png]:
             found = index.lookup(url)
             assert isinstance(found, Stored), url
             assert reader.read(found.ref) == members[f"{found.key}.jpg"]
-            caption = [r for s in download.shards for r in download.rows(s) if r["url"] == url]
-            assert (found.width, found.height) == (caption[0]["width"], caption[0]["height"])
-            rebuilt = reader.image(found.ref, FetchSettings(image_size=24))
+            assert (found.format, found.width, found.height) == (
+                "JPEG",
+                rows[url]["width"],
+                rows[url]["height"],
+            )
+            rebuilt = reader.image(found.ref, settings)
             assert rebuilt.reason is None and (rebuilt.width, rebuilt.height) == (24, 24)
+            if url != png:  # an original: packed from it, the bytes of a direct fetch
+                with urllib.request.urlopen(url) as response:
+                    assert reader.read(found.ref) == response.read()
+                assert rebuilt.data == direct[url].data
     for url, (reason, status) in failures.items():
         found = index.lookup(url)
         assert isinstance(found, Failed) and (found.reason, found.status) == (reason, status), url
-    assert index.counts() == {"stored": 8, "failed_retryable": 1, "failed_final": 3}
 
     # a shard img2dataset did not finish (no _stats.json) is not trusted
     os.remove(os.path.join(output, "00001_stats.json"))
