@@ -14,6 +14,10 @@ per image, the stored image bytes and the bytes on disk (tars with their
 headers and ``.json`` members, parquets, markers), and what COYO-25M and
 mmc4-core (30.5M images, allenai/mmc4's README) would take at that rate.
 The shards themselves (images at ``--image-size``) are shown for scale.
+
+``--memory N`` measures instead the writer's peak RSS (a fresh process each)
+writing N and 10 N copies of a sample photo into one split: the writer
+streams bodies to disk, so the two peaks should match.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import glob
 import io
 import json
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -76,13 +81,46 @@ def measure(bodies: list[bytes], spec: StoreSpec) -> tuple[float, float]:
         return stored / len(bodies), disk_bytes(root) / len(bodies)
 
 
+_PEAK = """
+import os, resource, sys, tempfile
+sys.path.insert(0, sys.argv[1])
+from corpora.store import ImageStore
+with open(sys.argv[3], "rb") as handle:
+    body = handle.read()
+with tempfile.TemporaryDirectory() as root:
+    store = ImageStore.open(root)
+    with store.writer("memory.jsonl") as writer:
+        for i in range(int(sys.argv[2])):
+            writer.add(f"https://photos.example/{i}.jpg", body)
+    stored = store.stored_bytes("memory.jsonl")
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, stored / 1e6)
+"""
+
+
+def peak_memory(count: int) -> None:
+    photo = os.path.join(SAMPLE_PHOTOS, "astronaut.jpg")
+    for n in (count, 10 * count):
+        done = subprocess.run(
+            [sys.executable, "-c", _PEAK, ROOT, str(n), photo],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        peak, stored = map(float, done.stdout.split())
+        print(f"{n:>8} images, {stored:8.1f} MB stored: writer peak RSS {peak:6.1f} MiB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--photos", default=SAMPLE_PHOTOS, help="a folder of photographs")
     parser.add_argument("--quality", type=int, nargs="+", default=[75, 90])
     parser.add_argument("--resized", type=int, default=512)
     parser.add_argument("--image-size", type=int, default=336)
+    parser.add_argument("--memory", type=int, metavar="N", help="measure peak RSS instead")
     args = parser.parse_args()
+    if args.memory:
+        peak_memory(args.memory)
+        return
     from PIL import Image
 
     paths = sorted(
