@@ -33,7 +33,14 @@ from corpora.store.files import Files
 from corpora.store.keys import StoreError, image_key, new_writer_id, part_name, split_dir
 from corpora.store.outcomes import Failed, ImageRef, Stored
 
-_EXTENSIONS = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "TIFF": "tif"}
+_EXTENSIONS = {
+    "JPEG": "jpg",
+    "MPO": "jpg",
+    "PNG": "png",
+    "WEBP": "webp",
+    "GIF": "gif",
+    "TIFF": "tif",
+}
 ROW_COLUMNS = (
     "key",
     "url",
