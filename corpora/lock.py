@@ -1,0 +1,429 @@
+"""One writer per output: a lock held in the output for a build's life.
+
+Two builds writing one output interleave: one removes the shards the other
+wrote, and the manifest that wins names files that are gone or settings that
+shaped only half of them. So a build takes the output's lock before it touches
+anything and gives it back when it ends; a second build gets
+:class:`OutputLocked`, which names the holder (host, pid, start time).
+
+The lock is ``corpora.lock`` in the output, a small JSON object naming its
+holder (``host``, ``pid``, ``started``, a random ``token``, and the machine's
+boot id and pid namespace, which say whether a pid can be checked from here).
+
+- **A local folder**: the holder writes the object in full under a private
+  name and hard-links it to ``corpora.lock``; the link fails when the name
+  exists, so exactly one of two builds gets it and no one ever reads a
+  half-written lock (the same exclusive create as ``O_EXCL``, which is the
+  fallback where a file system has no hard links).
+- **An object store** (``s3://``, ``gs://``): a lease object created only if
+  none exists (S3 ``If-None-Match: *``, GCS ``ifGenerationMatch=0``), and
+  deleted on release only if it is still the generation this build wrote
+  (S3 ``If-Match`` on the ETag, GCS ``ifGenerationMatch``).
+
+A lock left by a build that no longer runs is taken over, with a line saying
+so, when that can be known from here: its holder ran on this machine (same
+host name, boot and pid namespace) and that pid is gone, is a zombie, or now
+belongs to a process started after the lock; or this machine has restarted
+since. A holder on another machine cannot be checked: the error says which
+file to remove when no build is running there. A takeover removes the stale
+lock only if it is unchanged since it was judged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import errno
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+from typing import Any, Callable, Mapping
+
+LOCK_NAME = "corpora.lock"
+_TAKEOVER_ATTEMPTS = 3
+
+
+class LockError(Exception):
+    """The output's lock could not be taken or given back (one line)."""
+
+
+class OutputLocked(LockError):
+    """Another build holds the output."""
+
+    def __init__(self, location: str, holder: Holder | None):
+        self.location = location
+        self.holder = holder
+        who = (
+            f"another build ({holder.describe()})" if holder else "a lock file that names no holder"
+        )
+        super().__init__(
+            f"{location} is held by {who}; wait for it to finish,"
+            f" or remove {location} if no build is writing this output"
+        )
+
+
+class LockLost(LockError):
+    """The lock was removed or replaced while this build held it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Holder:
+    host: str
+    pid: int
+    started: float  # seconds since the epoch, when the lock was taken
+    token: str
+    boot_id: str = ""
+    pid_namespace: str = ""
+
+    @classmethod
+    def here(cls, clock: Callable[[], float] = time.time) -> Holder:
+        return cls(socket.gethostname(), os.getpid(), clock(), uuid.uuid4().hex, *_machine())
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True).encode("utf-8") + b"\n"
+
+    @classmethod
+    def parse(cls, data: bytes) -> Holder | None:
+        """The holder a lock names, or ``None`` when it names none readably."""
+        try:
+            fields = json.loads(data)
+            holder = cls(**fields)
+        except (ValueError, TypeError):
+            return None
+        valid = (
+            isinstance(holder.host, str)
+            and type(holder.pid) is int
+            and isinstance(holder.started, (int, float))
+            and all(
+                isinstance(v, str) for v in (holder.token, holder.boot_id, holder.pid_namespace)
+            )
+        )
+        return holder if valid else None
+
+    def describe(self) -> str:
+        when = datetime.datetime.fromtimestamp(self.started, datetime.timezone.utc)
+        return f"pid {self.pid} on {self.host}, since {when:%Y-%m-%d %H:%M:%S} UTC"
+
+    def stale_because(self) -> str | None:
+        """Why the build that took this lock cannot be running any more, or
+        ``None`` when it may be (or that cannot be known from here)."""
+        host, (boot_id, pid_namespace) = socket.gethostname(), _machine()
+        if self.host != host:
+            return None
+        if self.boot_id and boot_id and self.boot_id != boot_id:
+            return f"{host} has restarted since"
+        if self.pid_namespace != pid_namespace:
+            return None  # another container with the same host name: its pids are not ours
+        started = _process_start(self.pid)
+        if started is None:
+            return f"pid {self.pid} is no longer running"
+        if started > self.started + 2:  # /proc's boot time is whole seconds
+            return f"pid {self.pid} is now another process"
+        return None
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def _machine() -> tuple[str, str]:
+    """This machine's boot id and this process's pid namespace ("" where unknown)."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return _read_text("/proc/sys/kernel/random/boot_id"), namespace
+
+
+def _process_start(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch; ``-inf`` when it
+    runs but that is unknown), or ``None`` when no such process runs."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass  # another user's process: it exists
+    stat = _read_text(f"/proc/{pid}/stat")
+    boot = [line for line in _read_text("/proc/stat").splitlines() if line.startswith("btime ")]
+    if not stat or not boot:
+        return float("-inf")
+    fields = stat.rsplit(")", 1)[1].split()  # the command name may hold spaces and parentheses
+    if fields[0] in ("Z", "X"):  # a zombie has exited; only its exit status is left
+        return None
+    return int(boot[0].split()[1]) + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------- where the lock lives
+
+
+class _LocalLock:
+    def __init__(self, output: str):
+        self.folder = output[len("file://") :] if output.startswith("file://") else output
+        self.location = os.path.join(self.folder, LOCK_NAME)
+
+    def create(self, data: bytes) -> Any | None:
+        """Write ``data`` as the lock unless one exists; its version, or ``None``."""
+        os.makedirs(self.folder, exist_ok=True)
+        private = f"{self.location}.{uuid.uuid4().hex}.new"
+        _write_new(private, data)
+        try:
+            os.link(private, self.location)
+            return data
+        except FileExistsError:
+            return None
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+            try:  # no hard links here: create the name exclusively, then fill it
+                _write_new(self.location, data)
+            except FileExistsError:
+                return None
+            return data
+        finally:
+            os.unlink(private)
+
+    def read(self) -> tuple[bytes, Any] | None:
+        try:
+            with open(self.location, "rb") as handle:
+                data = handle.read()
+        except FileNotFoundError:
+            return None
+        return data, data
+
+    def delete(self, version: Any) -> bool:
+        """Remove the lock if it is still ``version``; whether it was removed."""
+        aside = f"{self.location}.{uuid.uuid4().hex}.old"
+        try:
+            os.rename(self.location, aside)  # atomic: now no one else can act on it
+        except FileNotFoundError:
+            return False
+        with open(aside, "rb") as handle:
+            moved = handle.read()
+        if moved != version:
+            # A new lock was taken since it was judged: put it back. Should a third build
+            # take the free name in this instant, the one moved loses its lock and finds
+            # out at release (LockLost), never silently.
+            try:
+                os.link(aside, self.location)
+            except FileExistsError:
+                pass
+        os.unlink(aside)
+        return moved == version
+
+
+def _write_new(path: str, data: bytes) -> None:
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(descriptor, data)
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _bucket_and_key(output: str) -> tuple[str, str]:
+    bucket, _, prefix = output.split("://", 1)[1].partition("/")
+    prefix = prefix.strip("/")
+    return bucket, f"{prefix}/{LOCK_NAME}" if prefix else LOCK_NAME
+
+
+class _S3Lock:
+    """A lease object on S3; ``options`` are Beam's S3 options (``s3_endpoint_url`` …)."""
+
+    OPTIONS = {
+        "s3_endpoint_url": "endpoint_url",
+        "s3_access_key_id": "aws_access_key_id",
+        "s3_secret_access_key": "aws_secret_access_key",
+        "s3_session_token": "aws_session_token",
+        "s3_region_name": "region_name",
+        "s3_api_version": "api_version",
+        "s3_verify": "verify",
+    }
+
+    def __init__(self, output: str, options: Mapping[str, Any]):
+        try:
+            import boto3
+            from botocore.exceptions import ClientError
+        except ImportError:
+            raise LockError("an s3:// output needs boto3: pip install 'corpora[s3]'") from None
+        self.bucket, self.key = _bucket_and_key(output)
+        self.location = f"s3://{self.bucket}/{self.key}"
+        arguments = {name: options[key] for key, name in self.OPTIONS.items() if options.get(key)}
+        if options.get("s3_disable_ssl"):
+            arguments["use_ssl"] = False
+        self.client = boto3.client("s3", **arguments)
+        self.ClientError = ClientError
+
+    def _code(self, exc) -> str:
+        return str(exc.response.get("Error", {}).get("Code", ""))
+
+    def create(self, data: bytes) -> Any | None:
+        try:
+            reply = self.client.put_object(
+                Bucket=self.bucket, Key=self.key, Body=data, IfNoneMatch="*"
+            )
+        except self.ClientError as exc:
+            if self._code(exc) in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+                return None
+            raise
+        return reply["ETag"]
+
+    def read(self) -> tuple[bytes, Any] | None:
+        try:
+            reply = self.client.get_object(Bucket=self.bucket, Key=self.key)
+        except self.ClientError as exc:
+            if self._code(exc) in ("NoSuchKey", "404"):
+                return None
+            raise
+        return reply["Body"].read(), reply["ETag"]
+
+    def delete(self, version: Any) -> bool:
+        # Checked first as well: some S3-compatible stores ignore If-Match on a delete.
+        found = self.read()
+        if found is None or found[1] != version:
+            return False
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=version)
+        except self.ClientError as exc:
+            if self._code(exc) in ("PreconditionFailed", "412", "NoSuchKey", "404"):
+                return False
+            raise
+        return True
+
+
+class _GcsLock:
+    """A lease object on Google Cloud Storage (application default credentials)."""
+
+    def __init__(self, output: str):
+        try:
+            from google.api_core import exceptions
+            from google.cloud import storage
+        except ImportError:
+            raise LockError(
+                "a gs:// output needs google-cloud-storage: pip install 'corpora[dataflow]'"
+            ) from None
+        bucket, key = _bucket_and_key(output)
+        self.location = f"gs://{bucket}/{key}"
+        self.bucket = storage.Client().bucket(bucket)
+        self.key = key
+        self.exceptions = exceptions
+
+    def create(self, data: bytes) -> Any | None:
+        blob = self.bucket.blob(self.key)
+        try:
+            blob.upload_from_string(data, if_generation_match=0)
+        except self.exceptions.PreconditionFailed:
+            return None
+        return blob.generation
+
+    def read(self) -> tuple[bytes, Any] | None:
+        blob = self.bucket.get_blob(self.key)
+        if blob is None:
+            return None
+        try:
+            return blob.download_as_bytes(if_generation_match=blob.generation), blob.generation
+        except (self.exceptions.NotFound, self.exceptions.PreconditionFailed):
+            return None  # replaced or removed since it was listed: look again
+
+    def delete(self, version: Any) -> bool:
+        # Checked first as well: emulators (fake-gcs-server) ignore the precondition on a delete.
+        blob = self.bucket.get_blob(self.key)
+        if blob is None or blob.generation != version:
+            return False
+        try:
+            blob.delete(if_generation_match=version)
+        except (self.exceptions.NotFound, self.exceptions.PreconditionFailed):
+            return False
+        return True
+
+
+def _store(output: str, s3_options: Mapping[str, Any] | None):
+    scheme = output.split("://", 1)[0] if "://" in output else ""
+    if scheme in ("", "file"):
+        return _LocalLock(output)
+    if scheme == "s3":
+        return _S3Lock(output, s3_options or {})
+    if scheme == "gs":
+        return _GcsLock(output)
+    raise LockError(f"cannot lock an output on {scheme}://: use a local folder, gs:// or s3://")
+
+
+# ---------------------------------------------------------------- taking and giving back
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class OutputLock:
+    """The lock of one output, held until :meth:`release` (or the ``with`` block ends)."""
+
+    def __init__(self, store, holder: Holder, version: Any):
+        self._store = store
+        self.holder = holder
+        self._version = version
+        self.held = True
+
+    @property
+    def location(self) -> str:
+        return self._store.location
+
+    def release(self) -> None:
+        """Remove the lock; raises :class:`LockLost` if it is no longer this build's."""
+        if not self.held:
+            return
+        self.held = False
+        if not self._store.delete(self._version):
+            raise LockLost(f"{self.location} was removed or replaced while this build held it")
+
+    def __enter__(self) -> OutputLock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def acquire(
+    output: str,
+    s3_options: Mapping[str, Any] | None = None,
+    clock: Callable[[], float] = time.time,
+    say: Callable[[str], None] = _stderr,
+) -> OutputLock:
+    """Take the lock of ``output`` (a local folder, ``s3://`` or ``gs://``), or
+    raise :class:`OutputLocked` naming the build that holds it. A stale lock is
+    taken over and ``say`` is told so in one line.
+
+    >>> import tempfile
+    >>> output = tempfile.mkdtemp()
+    >>> with acquire(output) as lock:
+    ...     try:
+    ...         acquire(output)
+    ...     except OutputLocked as exc:
+    ...         print(exc.holder == lock.holder)
+    True
+    """
+    store = _store(output, s3_options)
+    holder = Holder.here(clock)
+    data = holder.to_bytes()
+    existing = None
+    for _ in range(_TAKEOVER_ATTEMPTS):
+        version = store.create(data)
+        if version is not None:
+            return OutputLock(store, holder, version)
+        found = store.read()
+        if found is None:
+            continue  # given back between the two calls
+        existing = Holder.parse(found[0])
+        why = existing.stale_because() if existing else None
+        if why is None:
+            raise OutputLocked(store.location, existing)
+        if store.delete(found[1]):
+            say(f"Took over the stale lock {store.location}: {existing.describe()}; {why}.")
+    raise OutputLocked(store.location, existing)
