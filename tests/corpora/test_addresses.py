@@ -5,10 +5,12 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corpora.addresses import REASON, embedded_ipv4, refusal, rfc6052_ipv4
+
+NO_DEADLINE = settings(deadline=None)  # decisions only: no wall-clock bound
 
 IPv4 = ipaddress.IPv4Address
 IPv6 = ipaddress.IPv6Address
@@ -163,6 +165,7 @@ ipv4s = st.one_of(
 ).map(IPv4)
 
 
+@NO_DEADLINE
 @given(ipv4s, st.data())
 def test_an_ipv4_that_is_refused_is_refused_in_every_wrapped_form(ipv4, data):
     if refusal(str(ipv4)) is None:
@@ -171,6 +174,7 @@ def test_an_ipv4_that_is_refused_is_refused_in_every_wrapped_form(ipv4, data):
         assert refusal(address) is not None, (str(ipv4), address)
 
 
+@NO_DEADLINE
 @given(ipv4s)
 def test_a_public_ipv4_is_allowed_through_the_translation_forms(ipv4):
     if refusal(str(ipv4)) is not None:
@@ -184,6 +188,7 @@ def test_a_public_ipv4_is_allowed_through_the_translation_forms(ipv4):
         assert refusal(str(address)) is None, str(address)
 
 
+@NO_DEADLINE
 @given(ipv4s)
 def test_ipv4_at_least_as_strict_as_pythons_is_global(ipv4):
     if not ipv4.is_global or ipv4.is_multicast:
@@ -203,6 +208,7 @@ ipv6s = st.one_of(
 ).map(IPv6)
 
 
+@NO_DEADLINE
 @given(ipv6s)
 def test_ipv6_outside_the_wrapped_forms_at_least_as_strict_as_pythons_is_global(ipv6):
     if embedded_ipv4(ipv6):
