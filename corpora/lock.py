@@ -8,7 +8,8 @@ anything and gives it back when it ends; a second build gets
 
 The lock is ``corpora.lock`` in the output, a small JSON object naming its
 holder (``host``, ``pid``, ``started``, a random ``token``, and the machine's
-boot id and pid namespace, which say whether a pid can be checked from here).
+boot id, the pid namespace and the process's start in clock ticks after boot,
+which say whether that pid can be checked from here and is still that process).
 
 - **A local folder**: the holder writes the object in full under a private
   name and hard-links it to ``corpora.lock``; the link fails when the name
@@ -77,10 +78,20 @@ class Holder:
     token: str
     boot_id: str = ""
     pid_namespace: str = ""
+    process_start: int = -1  # clock ticks after boot (/proc/PID/stat); -1: unknown
 
     @classmethod
     def here(cls, clock: Callable[[], float] = time.time) -> Holder:
-        return cls(socket.gethostname(), os.getpid(), clock(), uuid.uuid4().hex, *_machine())
+        pid = os.getpid()
+        start = _process_start(pid)
+        return cls(
+            socket.gethostname(),
+            pid,
+            clock(),
+            uuid.uuid4().hex,
+            *_machine(),
+            process_start=-1 if start is None else start,
+        )
 
     def to_bytes(self) -> bytes:
         return json.dumps(dataclasses.asdict(self), sort_keys=True).encode("utf-8") + b"\n"
@@ -97,6 +108,7 @@ class Holder:
             isinstance(holder.host, str)
             and type(holder.pid) is int
             and isinstance(holder.started, (int, float))
+            and type(holder.process_start) is int
             and all(
                 isinstance(v, str) for v in (holder.token, holder.boot_id, holder.pid_namespace)
             )
@@ -120,7 +132,8 @@ class Holder:
         started = _process_start(self.pid)
         if started is None:
             return f"pid {self.pid} is no longer running"
-        if started > self.started + 2:  # /proc's boot time is whole seconds
+        # Ticks after boot, not wall time: a clock set back cannot make a live build look stale.
+        if started >= 0 and self.process_start >= 0 and started != self.process_start:
             return f"pid {self.pid} is now another process"
         return None
 
@@ -142,9 +155,9 @@ def _machine() -> tuple[str, str]:
     return _read_text("/proc/sys/kernel/random/boot_id"), namespace
 
 
-def _process_start(pid: int) -> float | None:
-    """When process ``pid`` started (seconds since the epoch; ``-inf`` when it
-    runs but that is unknown), or ``None`` when no such process runs."""
+def _process_start(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks after boot (-1 when it runs
+    but that is unknown), or ``None`` when no such process runs."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -152,13 +165,12 @@ def _process_start(pid: int) -> float | None:
     except PermissionError:
         pass  # another user's process: it exists
     stat = _read_text(f"/proc/{pid}/stat")
-    boot = [line for line in _read_text("/proc/stat").splitlines() if line.startswith("btime ")]
-    if not stat or not boot:
-        return float("-inf")
+    if not stat:
+        return -1
     fields = stat.rsplit(")", 1)[1].split()  # the command name may hold spaces and parentheses
     if fields[0] in ("Z", "X"):  # a zombie has exited; only its exit status is left
         return None
-    return int(boot[0].split()[1]) + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    return int(fields[19])
 
 
 # ---------------------------------------------------------------- where the lock lives
@@ -400,7 +412,7 @@ def acquire(
     raise :class:`OutputLocked` naming the build that holds it. A stale lock is
     taken over and ``say`` is told so in one line.
 
-    >>> import tempfile
+    >>> import shutil, tempfile
     >>> output = tempfile.mkdtemp()
     >>> with acquire(output) as lock:
     ...     try:
@@ -408,6 +420,7 @@ def acquire(
     ...     except OutputLocked as exc:
     ...         print(exc.holder == lock.holder)
     True
+    >>> shutil.rmtree(output)
     """
     store = _store(output, s3_options)
     holder = Holder.here(clock)

@@ -96,7 +96,9 @@ def test_two_processes_racing_for_one_output_one_holds_the_other_is_named_the_ho
 
 def test_a_second_holder_in_this_process_is_refused_and_release_frees_the_output(tmp_path):
     output = str(tmp_path)
-    lock = acquire(output)
+    lock = acquire(output, clock=lambda: 1764525600.0)
+    since = "since 2025-11-30 18:00:00 UTC"
+    assert lock.holder.describe() == f"pid {os.getpid()} on {socket.gethostname()}, {since}"
     written = json.loads((tmp_path / LOCK_NAME).read_text())
     assert (written["host"], written["pid"]) == (socket.gethostname(), os.getpid())
     assert written["token"] == lock.holder.token
@@ -122,9 +124,11 @@ def test_a_lock_of_a_dead_process_on_this_host_is_taken_over_with_a_line(tmp_pat
     assert said[0].endswith(f"pid {dead} is no longer running.")
 
 
-def test_a_pid_that_now_belongs_to_a_younger_process_is_stale(tmp_path):
-    abandoned = acquire(str(tmp_path), clock=lambda: 0.0)  # this pid, "taken" in 1970
-    assert abandoned.holder.pid == os.getpid()
+def test_a_pid_that_now_belongs_to_another_process_is_stale(tmp_path):
+    here = Holder.here()
+    if here.process_start < 0:
+        pytest.skip("no /proc on this system")
+    _write_lock(tmp_path, pid=os.getpid(), process_start=here.process_start - 1)
     said, say = _lines()
     with acquire(str(tmp_path), say=say):
         pass
