@@ -227,6 +227,11 @@ class _LocalLock:
                 os.link(aside, self.location)
             except FileExistsError:
                 pass
+            except OSError:  # no hard links here
+                try:
+                    _write_new(self.location, moved)
+                except FileExistsError:
+                    pass
         os.unlink(aside)
         return moved == version
 

@@ -106,6 +106,10 @@ def test_a_second_holder_in_this_process_is_refused_and_release_frees_the_output
         acquire(output)
     assert caught.value.holder == lock.holder
     assert "\n" not in str(caught.value)
+    # a takeover that finds another lock than the stale one it judged leaves it in place
+    assert not output_lock._LocalLock(output).delete(b"the stale lock it judged")
+    assert Holder.parse((tmp_path / LOCK_NAME).read_bytes()) == lock.holder
+    assert os.listdir(tmp_path) == [LOCK_NAME]
     lock.release()
     lock.release()  # giving back twice is harmless
     with acquire(output):
@@ -205,6 +209,13 @@ def test_without_hard_links_the_lock_is_created_exclusively(tmp_path, monkeypatc
     with pytest.raises(OutputLocked):
         acquire(str(tmp_path))
     assert sorted(os.listdir(tmp_path)) == [LOCK_NAME]
+    # a takeover that finds a new lock in place of the stale one puts it back without links
+    store = output_lock._LocalLock(str(tmp_path))
+    assert not store.delete(b"the stale lock it judged")
+    assert Holder.parse((tmp_path / LOCK_NAME).read_bytes()) == lock.holder
+    assert sorted(os.listdir(tmp_path)) == [LOCK_NAME]
+    lock.release()
+    assert os.listdir(tmp_path) == []
 
 
 def test_an_output_on_another_scheme_is_an_error():
