@@ -263,6 +263,7 @@ def _lease_contract(output, location, put, get, tmp_path, **options):
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_an_s3_lease_is_created_with_a_precondition_and_released_by_generation(tmp_path):
     import boto3
@@ -293,6 +294,7 @@ def test_an_s3_lease_is_created_with_a_precondition_and_released_by_generation(t
         )
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_a_gcs_lease_is_created_with_a_precondition_and_released_by_generation(
     tmp_path, monkeypatch
