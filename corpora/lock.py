@@ -101,8 +101,10 @@ class Holder:
         """The holder a lock names, or ``None`` when it names none readably."""
         try:
             fields = json.loads(data)
-            holder = cls(**fields)
-        except (ValueError, TypeError):
+            known = {f.name for f in dataclasses.fields(cls)}
+            # fields a later version may add are ignored: builds of two versions share outputs
+            holder = cls(**{k: v for k, v in fields.items() if k in known})
+        except (ValueError, TypeError, AttributeError):
             return None
         valid = (
             isinstance(holder.host, str)

@@ -183,7 +183,18 @@ def test_a_live_process_keeps_its_lock(tmp_path):
     assert child.wait() == 0
 
 
-@pytest.mark.parametrize("content", [b"", b"not json\n", b'{"host": "x"}\n', b"[1, 2]\n"])
+def test_a_lock_with_fields_of_a_later_version_still_names_its_holder(tmp_path):
+    holder = Holder.here()
+    fields = {**json.loads(holder.to_bytes()), "lease_seconds": 30}
+    (tmp_path / LOCK_NAME).write_text(json.dumps(fields))
+    with pytest.raises(OutputLocked) as caught:
+        acquire(str(tmp_path))
+    assert caught.value.holder == holder
+
+
+@pytest.mark.parametrize(
+    "content", [b"", b"not json\n", b'{"host": "x"}\n', b"[1, 2]\n", b'{"pid": "1"}\n']
+)
 def test_a_lock_file_naming_no_holder_is_left_alone(tmp_path, content):
     (tmp_path / LOCK_NAME).write_bytes(content)
     with pytest.raises(OutputLocked, match="a lock file that names no holder"):
