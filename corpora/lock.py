@@ -6,28 +6,19 @@ shaped only half of them. So a build takes the output's lock before it touches
 anything and gives it back when it ends; a second build gets
 :class:`OutputLocked`, which names the holder (host, pid, start time).
 
-The lock is ``corpora.lock`` in the output, a small JSON object naming its
-holder (``host``, ``pid``, ``started``, a random ``token``, and the machine's
-boot id, the pid namespace and the process's start in clock ticks after boot,
-which say whether that pid can be checked from here and is still that process).
-
-- **A local folder**: the holder writes the object in full under a private
-  name and hard-links it to ``corpora.lock``; the link fails when the name
-  exists, so exactly one of two builds gets it and no one ever reads a
-  half-written lock (the same exclusive create as ``O_EXCL``, which is the
-  fallback where a file system has no hard links).
-- **An object store** (``s3://``, ``gs://``): a lease object created only if
-  none exists (S3 ``If-None-Match: *``, GCS ``ifGenerationMatch=0``), and
-  deleted on release only if it is still the generation this build wrote
-  (S3 ``If-Match`` on the ETag, GCS ``ifGenerationMatch``).
+The lock is ``corpora.lock`` in the output: a small JSON object naming its
+holder (:class:`Holder`). In a local folder the holder writes it in full under
+a private name and hard-links it into place; the link fails when the name
+exists, so exactly one of two builds gets it and no one ever reads a
+half-written lock (the exclusive create of ``O_EXCL``, which is the fallback
+where a file system has no hard links). On ``s3://`` and ``gs://`` it is a
+lease object (:mod:`corpora.leases`).
 
 A lock left by a build that no longer runs is taken over, with a line saying
-so, when that can be known from here: its holder ran on this machine (same
-host name, boot and pid namespace) and that pid is gone, is a zombie, or now
-belongs to a process started after the lock; or this machine has restarted
-since. A holder on another machine cannot be checked: the error says which
-file to remove when no build is running there. A takeover removes the stale
-lock only if it is unchanged since it was judged.
+so, when that can be known from here (:meth:`Holder.stale_because`); a
+takeover removes the stale lock only if it is unchanged since it was judged.
+A holder on another machine cannot be checked: the error says which file to
+remove when no build is running there.
 """
 
 from __future__ import annotations
@@ -72,6 +63,8 @@ class LockLost(LockError):
 
 @dataclasses.dataclass(frozen=True)
 class Holder:
+    """Who holds a lock, and what tells from this machine whether it still runs."""
+
     host: str
     pid: int
     started: float  # seconds since the epoch, when the lock was taken
@@ -247,130 +240,18 @@ def _write_new(path: str, data: bytes) -> None:
         os.close(descriptor)
 
 
-def _bucket_and_key(output: str) -> tuple[str, str]:
-    bucket, _, prefix = output.split("://", 1)[1].partition("/")
-    prefix = prefix.strip("/")
-    return bucket, f"{prefix}/{LOCK_NAME}" if prefix else LOCK_NAME
-
-
-class _S3Lock:
-    """A lease object on S3; ``options`` are Beam's S3 options (``s3_endpoint_url`` …)."""
-
-    OPTIONS = {
-        "s3_endpoint_url": "endpoint_url",
-        "s3_access_key_id": "aws_access_key_id",
-        "s3_secret_access_key": "aws_secret_access_key",
-        "s3_session_token": "aws_session_token",
-        "s3_region_name": "region_name",
-        "s3_api_version": "api_version",
-        "s3_verify": "verify",
-    }
-
-    def __init__(self, output: str, options: Mapping[str, Any]):
-        try:
-            import boto3
-            from botocore.exceptions import ClientError
-        except ImportError:
-            raise LockError("an s3:// output needs boto3: pip install 'corpora[s3]'") from None
-        self.bucket, self.key = _bucket_and_key(output)
-        self.location = f"s3://{self.bucket}/{self.key}"
-        arguments = {name: options[key] for key, name in self.OPTIONS.items() if options.get(key)}
-        if options.get("s3_disable_ssl"):
-            arguments["use_ssl"] = False
-        self.client = boto3.client("s3", **arguments)
-        self.ClientError = ClientError
-
-    def _code(self, exc) -> str:
-        return str(exc.response.get("Error", {}).get("Code", ""))
-
-    def create(self, data: bytes) -> Any | None:
-        try:
-            reply = self.client.put_object(
-                Bucket=self.bucket, Key=self.key, Body=data, IfNoneMatch="*"
-            )
-        except self.ClientError as exc:
-            if self._code(exc) in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
-                return None
-            raise
-        return reply["ETag"]
-
-    def read(self) -> tuple[bytes, Any] | None:
-        try:
-            reply = self.client.get_object(Bucket=self.bucket, Key=self.key)
-        except self.ClientError as exc:
-            if self._code(exc) in ("NoSuchKey", "404"):
-                return None
-            raise
-        return reply["Body"].read(), reply["ETag"]
-
-    def delete(self, version: Any) -> bool:
-        # Checked first as well: some S3-compatible stores ignore If-Match on a delete.
-        found = self.read()
-        if found is None or found[1] != version:
-            return False
-        try:
-            self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=version)
-        except self.ClientError as exc:
-            if self._code(exc) in ("PreconditionFailed", "412", "NoSuchKey", "404"):
-                return False
-            raise
-        return True
-
-
-class _GcsLock:
-    """A lease object on Google Cloud Storage (application default credentials)."""
-
-    def __init__(self, output: str):
-        try:
-            from google.api_core import exceptions
-            from google.cloud import storage
-        except ImportError:
-            raise LockError(
-                "a gs:// output needs google-cloud-storage: pip install 'corpora[dataflow]'"
-            ) from None
-        bucket, key = _bucket_and_key(output)
-        self.location = f"gs://{bucket}/{key}"
-        self.bucket = storage.Client().bucket(bucket)
-        self.key = key
-        self.exceptions = exceptions
-
-    def create(self, data: bytes) -> Any | None:
-        blob = self.bucket.blob(self.key)
-        try:
-            blob.upload_from_string(data, if_generation_match=0)
-        except self.exceptions.PreconditionFailed:
-            return None
-        return blob.generation
-
-    def read(self) -> tuple[bytes, Any] | None:
-        blob = self.bucket.get_blob(self.key)
-        if blob is None:
-            return None
-        try:
-            return blob.download_as_bytes(if_generation_match=blob.generation), blob.generation
-        except (self.exceptions.NotFound, self.exceptions.PreconditionFailed):
-            return None  # replaced or removed since it was listed: look again
-
-    def delete(self, version: Any) -> bool:
-        # Checked first as well: emulators (fake-gcs-server) ignore the precondition on a delete.
-        blob = self.bucket.get_blob(self.key)
-        if blob is None or blob.generation != version:
-            return False
-        try:
-            blob.delete(if_generation_match=version)
-        except (self.exceptions.NotFound, self.exceptions.PreconditionFailed):
-            return False
-        return True
-
-
 def _store(output: str, s3_options: Mapping[str, Any] | None):
     scheme = output.split("://", 1)[0] if "://" in output else ""
     if scheme in ("", "file"):
         return _LocalLock(output)
     if scheme == "s3":
-        return _S3Lock(output, s3_options or {})
+        from corpora.leases import S3Lease
+
+        return S3Lease(output, s3_options or {})
     if scheme == "gs":
-        return _GcsLock(output)
+        from corpora.leases import GcsLease
+
+        return GcsLease(output)
     raise LockError(f"cannot lock an output on {scheme}://: use a local folder, gs:// or s3://")
 
 
