@@ -9,12 +9,17 @@ where a text chunk is its SentencePiece ids and an image chunk is
 past the vocabulary). ``spans`` records where each chunk sits so that the
 packer can split a long document at chunk boundaries and never inside an
 image's slot run.
+
+The special ids are checked against the model before a build starts
+(:func:`check_special_ids`): an image token id that is also a text id would
+count text as image slots, and one that does not fit in int32 would wrap.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import operator
 from typing import Any
 
 import numpy as np
@@ -34,6 +39,121 @@ class TokenizerInfo:
     pad_id: int
     image_token_id: int
     tokens_per_image: int
+
+
+INT32_MAX = 2**31 - 1
+
+
+class SpecialIdError(ValueError):
+    """An image token id or pad id that would corrupt the shards (one line)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelIds:
+    """The ids a SentencePiece model fixes itself (-1: the model has none)."""
+
+    vocab_size: int
+    unk_id: int
+    bos_id: int
+    eos_id: int
+    pad_id: int
+
+    @classmethod
+    def of(cls, processor) -> "ModelIds":
+        return cls(
+            processor.get_piece_size(),
+            processor.unk_id(),
+            processor.bos_id(),
+            processor.eos_id(),
+            processor.pad_id(),
+        )
+
+    @classmethod
+    def read(cls, path: str) -> "ModelIds":
+        import sentencepiece as spm
+
+        return cls.of(spm.SentencePieceProcessor(model_file=path))
+
+    @property
+    def default_pad_id(self) -> int:
+        """The model's pad piece, else 0 (the UNK id in SentencePiece's default
+        layout, which is how Llama-2 pads: padding is told by ``segment_ids == 0``)."""
+        return self.pad_id if self.pad_id >= 0 else 0
+
+
+def _as_id(value: Any, name: str) -> int:
+    if isinstance(value, bool):
+        raise SpecialIdError(f"{name} must be an integer, got {value!r}")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise SpecialIdError(f"{name} must be an integer, got {value!r}") from None
+    if number < 0:
+        raise SpecialIdError(f"{name} {number} is negative")
+    if number > INT32_MAX:
+        raise SpecialIdError(f"{name} {number} does not fit in int32 (at most {INT32_MAX})")
+    return number
+
+
+def check_special_ids(
+    model: ModelIds,
+    image_token_id: int | None = None,
+    pad_id: int | None = None,
+    image_token_reserved: bool = False,
+) -> tuple[int, int]:
+    """The ``(image_token_id, pad_id)`` a build will use, after checking them
+    against the tokenizer; raises :class:`SpecialIdError` with one line.
+
+    Left out, the image token id is the first id past the vocabulary and the
+    pad id is the model's pad piece (else 0). Neither may be the BOS, EOS or
+    UNK id, nor each other; the image token id must lie past the vocabulary
+    unless ``image_token_reserved`` says it is a piece set aside for images
+    (then it must lie inside); every id must fit in int32. The pad id may be a
+    text id otherwise: padding is told by ``segment_ids == 0``.
+
+    >>> model = ModelIds(vocab_size=1000, unk_id=0, bos_id=1, eos_id=2, pad_id=-1)
+    >>> check_special_ids(model)
+    (1000, 0)
+    >>> check_special_ids(model, image_token_id=999, image_token_reserved=True)
+    (999, 0)
+    >>> for image, pad in [(1, None), (7, None), (None, 1000), (2**32, None), (-1, None)]:
+    ...     try:
+    ...         check_special_ids(model, image, pad)
+    ...     except SpecialIdError as exc:
+    ...         print(exc)
+    image token id 1 is the tokenizer's BOS id
+    image token id 7 is a text id (vocabulary 0..999): use 1000 or more, or mark it reserved
+    pad id 1000 is the image token id
+    image token id 4294967296 does not fit in int32 (at most 2147483647)
+    image token id -1 is negative
+    """
+    image = model.vocab_size if image_token_id is None else _as_id(image_token_id, "image token id")
+    pad = model.default_pad_id if pad_id is None else _as_id(pad_id, "pad id")
+    if image > INT32_MAX:
+        raise SpecialIdError(f"the vocabulary ({model.vocab_size} pieces) leaves no int32 image id")
+    specials = {"BOS": model.bos_id, "EOS": model.eos_id, "UNK": model.unk_id}
+    for name, special in specials.items():
+        if special >= 0 and image == special:
+            raise SpecialIdError(f"image token id {image} is the tokenizer's {name} id")
+    last = model.vocab_size - 1
+    if image_token_reserved and image > last:
+        raise SpecialIdError(
+            f"image token id {image} is past the vocabulary (0..{last}), so not a reserved piece"
+        )
+    if not image_token_reserved and image <= last:
+        raise SpecialIdError(
+            f"image token id {image} is a text id (vocabulary 0..{last}):"
+            f" use {model.vocab_size} or more, or mark it reserved"
+        )
+    if pad == image:
+        raise SpecialIdError(f"pad id {pad} is the image token id")
+    for name, special in specials.items():
+        # UNK pads where the model has no pad piece: it is the default, and harmless
+        if name == "UNK" and pad == model.default_pad_id:
+            continue
+        if special >= 0 and pad == special:
+            raise SpecialIdError(f"pad id {pad} is the tokenizer's {name} id")
+    return image, pad
 
 
 def file_sha256(path: str) -> str:
@@ -63,16 +183,15 @@ class Tokenizer:
         with open(path, "rb") as handle:
             self._model = handle.read()
         self._processor = spm.SentencePieceProcessor(model_proto=self._model)
-        vocab = self._processor.get_piece_size()
-        default_pad = self._processor.pad_id()
+        model = ModelIds.of(self._processor)
         self.info = TokenizerInfo(
             path=path,
             sha256=hashlib.sha256(self._model).hexdigest(),
-            vocab_size=vocab,
-            bos_id=self._processor.bos_id(),
-            eos_id=self._processor.eos_id(),
-            pad_id=pad_id if pad_id is not None else (default_pad if default_pad >= 0 else 0),
-            image_token_id=vocab if image_token_id is None else image_token_id,
+            vocab_size=model.vocab_size,
+            bos_id=model.bos_id,
+            eos_id=model.eos_id,
+            pad_id=pad_id if pad_id is not None else model.default_pad_id,
+            image_token_id=model.vocab_size if image_token_id is None else image_token_id,
             tokens_per_image=tokens_per_image,
         )
 
