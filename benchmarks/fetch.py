@@ -57,8 +57,16 @@ def _photos() -> list[bytes]:
     return photos
 
 
-def serve(port_queue, latency: float) -> None:
-    photos = _photos()
+def serve(port_queue, latency: float, photo_dir: str | None = None) -> None:
+    """Serve ``/img/<i>.jpg`` as photo ``i`` modulo their number: the JPEGs in
+    ``photo_dir`` (sorted by name) or, without one, the 640 px sample photos."""
+    if photo_dir is None:
+        photos = _photos()
+    else:
+        photos = []
+        for path in sorted(glob.glob(os.path.join(photo_dir, "*.jpg"))):
+            with open(path, "rb") as handle:
+                photos.append(handle.read())
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -209,7 +217,8 @@ def main() -> None:
     port = ports.get(timeout=60)
     load = os.getloadavg()
     print(
-        f"fetch benchmark: {args.threads} threads each, server latency {args.latency * 1000:.0f} ms, "
+        f"fetch benchmark: {args.threads} threads each, "
+        f"server latency {args.latency * 1000:.0f} ms, "
         f"{IMAGE_SIZE} px {RESIZE_MODE}, JPEG q{QUALITY}; {os.cpu_count()} cores, "
         f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
@@ -253,7 +262,8 @@ def print_table(rows, header: bool) -> None:
         rate_ours = ours["ok"] / ours["seconds"]
         print(
             f"{n:>8,} | {rate_i2d:>17.1f} | {rate_ours:>10.1f} | {rate_ours / rate_i2d:>5.2f} | "
-            f"{i2d['peak_rss_mib']:>12.0f} | {ours['peak_rss_mib']:>13.0f} | {i2d['ok']}/{ours['ok']}",
+            f"{i2d['peak_rss_mib']:>12.0f} | {ours['peak_rss_mib']:>13.0f} | "
+            f"{i2d['ok']}/{ours['ok']}",
             flush=True,
         )
 
