@@ -201,10 +201,8 @@ def url_parquet(path: str, port: int, count: int) -> str:
     return write_coyo_parquet(path, rows, row_group_size=1000)
 
 
-def corpora_coyo(urls: str, work: str, args) -> dict:
-    output = os.path.join(work, "corpora-out")
-    shutil.rmtree(output, ignore_errors=True)
-    result = run(
+def coyo_command(urls: str, output: str, args) -> list[str]:
+    return (
         CORPORA
         + ["build", "coyo", "--input", urls, "--output", output]
         + ["--image-size", str(IMAGE_SIZE), "--resize-mode", RESIZE_MODE]
@@ -213,6 +211,12 @@ def corpora_coyo(urls: str, work: str, args) -> dict:
         + ["--per-host-concurrency", str(args.concurrency), "--per-host-rate", "0"]
         + ["--allow-private-urls", "--max-attempts", "1", "--progress-every", "0"]
     )
+
+
+def corpora_coyo(urls: str, work: str, args) -> dict:
+    output = os.path.join(work, "corpora-out")
+    shutil.rmtree(output, ignore_errors=True)
+    result = run(coyo_command(urls, output, args))
     with open(os.path.join(output, "manifest.json")) as handle:
         images = json.load(handle)["images"]
     result.update(ok=images["ok"], failed=sum(images["failed"].values()))
@@ -220,11 +224,9 @@ def corpora_coyo(urls: str, work: str, args) -> dict:
     return result
 
 
-def img2dataset(urls: str, work: str, count: int, args) -> dict:
-    output = os.path.join(work, "i2d-out")
-    shutil.rmtree(output, ignore_errors=True)
+def img2dataset_command(urls: str, output: str, count: int, args) -> list[str]:
     per_shard = max(1, math.ceil(count / (2 * args.workers)))
-    result = run(
+    return (
         ["img2dataset", "--url_list", urls, "--input_format", "parquet"]
         + ["--url_col", "url", "--caption_col", "text", "--output_folder", output]
         + ["--output_format", "webdataset", "--processes_count", str(args.workers)]
@@ -233,6 +235,12 @@ def img2dataset(urls: str, work: str, count: int, args) -> dict:
         + ["--extract_exif", "False", "--timeout", "10", "--retries", "0"]
         + ["--number_sample_per_shard", str(per_shard)]
     )
+
+
+def img2dataset(urls: str, work: str, count: int, args) -> dict:
+    output = os.path.join(work, "i2d-out")
+    shutil.rmtree(output, ignore_errors=True)
+    result = run(img2dataset_command(urls, output, count, args))
     ok = failed = 0
     for path in glob.glob(os.path.join(output, "*_stats.json")):
         with open(path) as handle:
@@ -316,15 +324,18 @@ def bench_bare(kind: str, repeats: int) -> dict:
         resizer(stream)
 
     result = {"photos": kind, "count": len(photos)}
-    for name, work in (("full_decode", full), ("reduced_decode", reduced)):
-        work(photos[0])  # imports and first-call set-up outside the clock
-        times = []
-        for _ in range(repeats):
+    times: dict[str, list[float]] = {"full_decode": [], "reduced_decode": []}
+    work = {"full_decode": full, "reduced_decode": reduced}
+    for name in work:
+        work[name](photos[0])  # imports and first-call set-up outside the clock
+    for round_ in range(repeats):  # alternating, as the whole commands do
+        for name in list(work) if round_ % 2 == 0 else reversed(list(work)):
             started = time.process_time()
             for data in photos:
-                work(data)
-            times.append(1000 * (time.process_time() - started) / len(photos))
-        result[f"{name}_ms"] = round(statistics.median(times), 2)
+                work[name](data)
+            times[name].append(1000 * (time.process_time() - started) / len(photos))
+    for name, values in times.items():
+        result[f"{name}_ms"] = round(statistics.median(values), 2)
     with_scale = 0
     for data in photos:
         with_scale += draft(Image.open(io.BytesIO(data)), IMAGE_SIZE, RESIZE_MODE) > 1
@@ -398,9 +409,26 @@ def plain_loop(input_path: str, output: str, tokenizer: str, seq_len: int) -> No
         np.save(os.path.join(output, f"{part:06d}.npy"), np.array(rows, np.int32))
 
 
-def bench_text(counts: list[int], args, work: str) -> list[dict]:
+def loop_command(source: str, output: str, tokenizer: str | None, args) -> list[str]:
     from corpora.settings import SAMPLE_TOKENIZER
 
+    return [sys.executable, os.path.abspath(__file__), "--plain-loop", source, output] + [
+        tokenizer or SAMPLE_TOKENIZER,
+        str(args.seq_len),
+    ]
+
+
+def c4_command(source: str, output: str, tokenizer: str | None, args) -> list[str]:
+    return (
+        CORPORA
+        + ["build", "c4", "--input", source, "--output", output]
+        + ["--seq-len", str(args.seq_len), "--workers", str(args.workers)]
+        + ["--progress-every", "0"]
+        + (["--tokenizer", tokenizer] if tokenizer else [])
+    )
+
+
+def bench_text(counts: list[int], args, work: str) -> list[dict]:
     tokenizer = tokenizer_path(args.tokenizer)
     rows = []
     for count in counts:
@@ -411,23 +439,14 @@ def bench_text(counts: list[int], args, work: str) -> list[dict]:
             output = os.path.join(work, "loop-out")
             shutil.rmtree(output, ignore_errors=True)
             os.makedirs(output)
-            result = run(
-                [sys.executable, os.path.abspath(__file__), "--plain-loop", source, output]
-                + [tokenizer or SAMPLE_TOKENIZER, str(args.seq_len)]
-            )
+            result = run(loop_command(source, output, tokenizer, args))
             shutil.rmtree(output)
             return result
 
         def ours() -> dict:
             output = os.path.join(work, "c4-out")
             shutil.rmtree(output, ignore_errors=True)
-            result = run(
-                CORPORA
-                + ["build", "c4", "--input", source, "--output", output]
-                + ["--seq-len", str(args.seq_len), "--workers", str(args.workers)]
-                + ["--progress-every", "0"]
-                + (["--tokenizer", tokenizer] if tokenizer else [])
-            )
+            result = run(c4_command(source, output, tokenizer, args))
             with open(os.path.join(output, "manifest.json")) as handle:
                 result["documents"] = json.load(handle)["funnel"]["kept"]
             shutil.rmtree(output)
