@@ -57,8 +57,16 @@ def _photos() -> list[bytes]:
     return photos
 
 
-def serve(port_queue, latency: float) -> None:
-    photos = _photos()
+def serve(port_queue, latency: float, photo_dir: str | None = None) -> None:
+    """Serve ``/img/<i>.jpg`` as photo ``i`` modulo their number: the JPEGs in
+    ``photo_dir`` (sorted by name) or, without one, the 640 px sample photos."""
+    if photo_dir is None:
+        photos = _photos()
+    else:
+        photos = []
+        for path in sorted(glob.glob(os.path.join(photo_dir, "*.jpg"))):
+            with open(path, "rb") as handle:
+                photos.append(handle.read())
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
