@@ -186,14 +186,17 @@ def main() -> None:
     print(f"CLIP {args.model}, {args.images} image-text pairs, batch {args.batch_size}, {device}")
     for side in ("baseline", "ours"):
         print(
-            f"  {side:<8} {rates[side]:8.2f} images/s  (runs: {', '.join(f'{t:.1f}s' for t in times[side])})"
+            f"  {side:<8} {rates[side]:8.2f} images/s"
+            f"  (runs: {', '.join(f'{t:.1f}s' for t in times[side])})"
         )
     best = {side: args.images / min(seconds) for side, seconds in times.items()}
     print(
-        f"  ratio ours/baseline: {ratio:.3f} (medians); {best['ours'] / best['baseline']:.3f} (best runs)"
+        f"  ratio ours/baseline: {ratio:.3f} (medians);"
+        f" {best['ours'] / best['baseline']:.3f} (best runs)"
     )
     print(
-        f"  ours: {1e6 / rates['ours'] / 3600:.1f} hours per million images (image + text) on this machine"
+        f"  ours: {1e6 / rates['ours'] / 3600:.1f} hours per million images (image + text)"
+        " on this machine"
     )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

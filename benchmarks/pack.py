@@ -136,10 +136,12 @@ def bench_throughput(count: int, seq_len: int = 2048, repeats: int = 3) -> None:
         for i, t in enumerate(texts)
     ]
     print(
-        f"\n## Tokenize + pack throughput: {count} C4-like texts, seq_len {seq_len}, best of {repeats}"
+        f"\n## Tokenize + pack throughput: {count} C4-like texts, seq_len {seq_len},"
+        f" best of {repeats}"
     )
     print(
-        "| tokenizer | bare SentencePiece encode (tokens/s) | tokenize + pack, ours (tokens/s) | ratio |"
+        "| tokenizer | bare SentencePiece encode (tokens/s)"
+        " | tokenize + pack, ours (tokens/s) | ratio |"
     )
     print("|---|---|---|---|")
     with tempfile.TemporaryDirectory() as directory:

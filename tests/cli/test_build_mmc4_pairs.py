@@ -94,7 +94,8 @@ def test_funnel_balances_and_names_every_drop(built):
     _, manifest, result = built
     funnel = manifest["funnel"]
     assert funnel["unit"] == "pair"
-    # 3 + 4 pairs from parsed documents; 1 unparseable line, 1 line without text_list, 1 without images
+    # 3 + 4 pairs from parsed documents; 1 unparseable line, 1 line without text_list,
+    # 1 without images
     assert funnel["input"] == 10
     assert funnel["dropped"] == {
         "bad_json": 1,
@@ -264,5 +265,5 @@ def test_a_corrupt_zip_fails_the_build_with_exit_1(tmp_path, tokenizer_path):
 def test_list_names_the_corpus():
     result = run_cli("list")
     assert result.returncode == 0
-    line = [l for l in result.stdout.splitlines() if l.startswith("mmc4-pairs ")]
+    line = [row for row in result.stdout.splitlines() if row.startswith("mmc4-pairs ")]
     assert len(line) == 1 and "VILA's pseudo-interleaved ablation" in line[0]

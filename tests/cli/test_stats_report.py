@@ -105,7 +105,8 @@ def built(fixture_corpus, tokenizer_path, tmp_path_factory):
         "--allow-private-urls",
     )
     assert result.returncode == 0, result.stderr
-    # (not asserted on stdout: the foundation's build summary is intermittently lost, see the report)
+    # (not asserted on stdout: the foundation's build summary is intermittently lost,
+    # see the report)
     assert os.path.isfile(os.path.join(output, "stats.json"))
     return output, sentence_of
 
