@@ -142,6 +142,8 @@ def execute(
     if not dry_run:  # a dry run writes nothing, so it does not touch the output either
         found = resume.prepare_output(settings, tokenizer.info, overwrite=overwrite)
     build_pipeline(pipeline, settings, tokenizer)
+    if dry_run and runner.runner == "DirectRunner":  # Beam's FnApiRunner would run it all
+        return BuildOutcome(None, {}, 0.0)
     start = time.monotonic()
     with BuildProgress(settings.output, progress_every if runner.local else 0):
         result = pipeline.run()

@@ -80,5 +80,6 @@ SPECS = (
         unit="document",
         read=read_records,
         input_patterns=("*.json.gz", "*.jsonl.gz", "*.json", "*.jsonl"),
+        images=False,
     ),
 )
