@@ -7,7 +7,8 @@
 
 The records are spread over every worker right after the read (the metadata
 filter runs fused with it), so one large input file is fetched and tokenized
-on all workers, not on the one that read it. A text corpus (``spec.images``
+on all workers, not on the one that read it; they cross in batches, as a
+crossing costs per element. A text corpus (``spec.images``
 false) runs no image stage: its records cross the workers three times, at the
 spread, at the join of their tokens to the packing plan, and at the grouping
 by shard; everything between is fused.
@@ -137,7 +138,12 @@ def build_pipeline(
             t.ApplyStage(spec.metadata_filter, settings, "filter")
         ).with_outputs(t.DROPPED, main="docs")
         docs, drops = filtered.docs, drops + [filtered.dropped]
-    docs = docs | "Spread" >> beam.Reshuffle()
+    docs = (
+        docs
+        | "SpreadBatches" >> beam.BatchElements(min_batch_size=16, max_batch_size=256)
+        | "Spread" >> beam.Reshuffle()
+        | "Unbatch" >> beam.FlatMap(lambda batch: batch)
+    )
     selection, fraction = None, spec.top_fraction(settings)
     if fraction is not None:  # global, by the corpus's rank (coyo: the precomputed CLIP sum)
         from pipelines.selection import TopFraction
