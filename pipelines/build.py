@@ -8,10 +8,10 @@
 The records are spread over every worker right after the read (the metadata
 filter runs fused with it), so one large input file is fetched and tokenized
 on all workers, not on the one that read it; they cross in batches, as a
-crossing costs per element. A text corpus (``spec.images``
-false) runs no image stage: its records cross the workers three times, at the
-spread, at the join of their tokens to the packing plan, and at the grouping
-by shard; everything between is fused.
+crossing costs per element. A text corpus (``spec.images`` false) runs no
+image stage: its text and tokens cross between workers three times, at the
+spread, at the join of the tokens to the packing plan and at the grouping by
+shard (the plan's metadata crosses twice more); everything between is fused.
 
 Drops from every stage are flattened and counted by reason; the manifest is
 written last, from side inputs, once every shard is complete.
