@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 RUNNERS = ("DirectRunner", "PortableRunner", "DataflowRunner", "SparkRunner", "FlinkRunner")
 ENVIRONMENTS = ("DOCKER", "PROCESS", "EXTERNAL", "LOOPBACK")
-# A DirectRunner build of inputs this small (the bundled sample is 9 KB) runs
+# A DirectRunner build of inputs this small (the bundled sample is 4 KB) runs
 # one worker inside this process unless --workers says otherwise: each worker
 # process imports Beam and the fetch stack again (3 s and more of CPU), more
 # than the whole build costs.
