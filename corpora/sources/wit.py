@@ -19,7 +19,7 @@ import io
 from typing import TYPE_CHECKING, BinaryIO, Iterator, Mapping, Sequence
 
 from corpora import filters
-from corpora.inputs import InputError, basename, decompressed
+from corpora.inputs import READ_ERRORS, InputError, basename, decompressed
 from corpora.record import Document, Drop, ImageChunk, TextChunk, stable_id
 from corpora.spec import CLIP_PAIRS, CorpusSpec, Option
 
@@ -204,13 +204,13 @@ def column_order(header: list[str] | None, path: str) -> list[int] | None:
 def check(stream: BinaryIO, path: str) -> None:
     """Raise :class:`InputError` naming the file unless it starts with WIT's header."""
     _prepare_csv()
-    text = io.TextIOWrapper(
-        decompressed(stream, path), encoding="utf-8", errors="replace", newline=""
-    )
     try:
+        text = io.TextIOWrapper(
+            decompressed(stream, path), encoding="utf-8-sig", errors="replace", newline=""
+        )
         column_order(next(csv.reader(text, delimiter="\t"), None), path)
-    except (OSError, EOFError, csv.Error) as exc:
-        raise InputError(f"{path}: {exc}") from exc
+    except (*READ_ERRORS, csv.Error) as exc:
+        raise InputError(f"{path}: {' '.join(str(exc).split())}") from None
 
 
 def _prepare_csv() -> None:
@@ -228,15 +228,16 @@ def read(
     """The records of one WIT file.
 
     Bytes that are not UTF-8 are kept as lone surrogates while the row is
-    split, so that only the row holding them is dropped (``not_utf8``).
+    split, so that only the row holding them is dropped (``not_utf8``). A
+    byte-order mark before the header is removed.
     """
     _prepare_csv()
-    text = io.TextIOWrapper(
-        decompressed(stream, path), encoding="utf-8", errors="surrogateescape", newline=""
-    )
-    reader = csv.reader(text, delimiter="\t")
     name = basename(path)
     try:
+        text = io.TextIOWrapper(
+            decompressed(stream, path), encoding="utf-8-sig", errors="surrogateescape", newline=""
+        )
+        reader = csv.reader(text, delimiter="\t")
         order = column_order(next(reader, None), path)
         while True:
             line = reader.line_num + 1
@@ -252,8 +253,8 @@ def read(
             if order is not None and len(values) == len(COLUMNS):
                 values = [values[i] for i in order]
             yield parse_row(values, f"{name}:{line}", caption, with_context, corpus)
-    except (OSError, EOFError) as exc:
-        raise InputError(f"{path}: {exc}") from exc
+    except READ_ERRORS as exc:
+        raise InputError(f"{path}: {' '.join(str(exc).split())}") from None
 
 
 # --- the corpus ----------------------------------------------------------------

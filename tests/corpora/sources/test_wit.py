@@ -134,3 +134,27 @@ def test_header_is_checked(tmp_path):
     assert (
         doc.texts[0].text == "A cup of coffee on a wooden table." and doc.meta["language"] == "en"
     )
+
+
+# Issue 16, defect 9: a BOM before the header made it "not a WIT file".
+def test_a_byte_order_mark_before_the_header_is_removed(tmp_path):
+    with open(fixtures.WIT_DUMMY, "rb") as stream:
+        plain = stream.read()
+    path = tmp_path / "wit_v1.bom.tsv"
+    path.write_bytes(b"\xef\xbb\xbf" + plain)
+    with open(path, "rb") as stream:
+        wit.check(stream, str(path))
+    with open(fixtures.WIT_DUMMY, "rb") as a, open(path, "rb") as b:
+        expected = [r.id for r in wit.read(a, fixtures.WIT_DUMMY, caption="attribution")]
+        assert [r.id for r in wit.read(b, str(path), caption="attribution")] == expected
+
+
+# Issue 16, defect 6: corrupt deflate data escaped as zlib.error, naming no file.
+def test_corrupt_deflate_data_is_an_input_error_naming_the_file(tmp_path):
+    path = fixtures.write_wit_tsv_gz(str(tmp_path / "wit_v1.x.tsv.gz"), fixtures.wit_rows())
+    with open(path, "rb") as stream:
+        data = stream.read()
+    broken = tmp_path / "wit_v1.broken.tsv.gz"
+    broken.write_bytes(data[:10] + b"\xff" * 64)
+    with open(broken, "rb") as stream, pytest.raises(InputError, match="wit_v1.broken.tsv.gz: "):
+        list(wit.read(stream, str(broken)))
