@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, BinaryIO, Iterator, Mapping, Sequence
 
 from corpora import filters
 from corpora.inputs import READ_ERRORS, InputError, basename, decompressed
+from corpora.languages import LanguageError, parse_languages
 from corpora.record import Document, Drop, ImageChunk, TextChunk, stable_id
 from corpora.spec import CLIP_PAIRS, CorpusSpec, Option
 
@@ -279,12 +280,19 @@ def metadata_filter(doc: Document, settings: BuildSettings) -> Document | Drop:
     return filters.wit_filter(doc, settings.corpus_options)
 
 
-def _named_languages(codes: tuple[str, ...]) -> str | None:
-    return None if any(codes) else "--languages names no language"
+def _known_languages(codes: tuple[str, ...]) -> str | None:
+    """``--languages``: WIT's own codes, in any case (:mod:`corpora.languages`)."""
+    if not any(code.strip() for code in codes):
+        return "--languages names no language"
+    try:
+        parse_languages(",".join(codes))
+    except LanguageError as exc:
+        return f"--languages: {exc}"
+    return None
 
 
 def _language_list(codes: tuple[str, ...]) -> list[str]:
-    return sorted({code for code in codes if code})
+    return list(parse_languages(",".join(codes)))
 
 
 SPECS = (
@@ -306,8 +314,9 @@ SPECS = (
                 "languages",
                 tuple,
                 None,
-                "comma-separated language codes to keep, e.g. en,de.",
-                check=_named_languages,
+                "comma-separated WIT language codes to keep, in any case, e.g. en,de "
+                "(WIT writes iw for Hebrew).",
+                check=_known_languages,
                 store=_language_list,
             ),
             Option(
