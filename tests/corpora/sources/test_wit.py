@@ -1,3 +1,5 @@
+import gzip
+
 import pytest
 
 from corpora.inputs import InputError
@@ -151,10 +153,9 @@ def test_a_byte_order_mark_before_the_header_is_removed(tmp_path):
 
 # Issue 16, defect 6: corrupt deflate data escaped as zlib.error, naming no file.
 def test_corrupt_deflate_data_is_an_input_error_naming_the_file(tmp_path):
-    path = fixtures.write_wit_tsv_gz(str(tmp_path / "wit_v1.x.tsv.gz"), fixtures.wit_rows())
-    with open(path, "rb") as stream:
-        data = stream.read()
+    with open(fixtures.WIT_DUMMY, "rb") as stream:
+        data = gzip.compress(stream.read())
     broken = tmp_path / "wit_v1.broken.tsv.gz"
-    broken.write_bytes(data[:10] + b"\xff" * 64)
+    broken.write_bytes(data[:10] + b"\xff" * 64)  # gzip's header, then no deflate stream
     with open(broken, "rb") as stream, pytest.raises(InputError, match="wit_v1.broken.tsv.gz: "):
         list(wit.read(stream, str(broken)))
