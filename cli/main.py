@@ -91,6 +91,13 @@ def list_corpora() -> None:
     show_default=True,
 )
 @click.option(
+    "--max-line-bytes",
+    type=click.IntRange(1),
+    default=DEFAULTS.max_line_bytes,
+    show_default=True,
+    help="Drop an input line longer than this (line_too_long) without loading it.",
+)
+@click.option(
     "--pack-groups",
     type=click.IntRange(1),
     default=None,

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from corpora import flags
+from corpora.bundled_sample import SAMPLE_IMAGES
 from corpora.flags import FlagError, settings_from_flags
 from corpora.settings import DEFAULTS, SAMPLE_TOKENIZER
 from tests.clip_model import TINY_NAME, tiny_clip  # noqa: F401
@@ -117,6 +118,19 @@ def test_min_clip_sim_with_clip_model_is_the_computed_score_threshold(tiny_clip)
         ("coyo", {"caption": "alt"}, "--caption does not apply to coyo (only to wit)"),
         ("mmc4", {"min_sim": 1.5}, "--min-sim is a cosine similarity, -1..1; got 1.5"),
         ("wit", {"languages": ","}, "--languages names no language"),
+        # issue 16, defect 9: junk and other cases were taken, and kept nothing
+        (
+            "wit",
+            {"languages": "en,he,english"},
+            "--languages: unknown WIT language codes: 'he' (WIT writes 'iw'), 'english'",
+        ),
+        ("wit", {"languages": "EN,xx"}, "--languages: unknown WIT language code: 'xx'"),
+        (
+            "mmc4-pairs",
+            {"allow_local_files": ("/no/such/dir",)},
+            "--allow-local-files /no/such/dir: not a directory",
+        ),
+        ("c4", {"max_line_bytes": 0}, "max_line_bytes must be at least 1, got 0"),
         ("mmc4", {"seq_len": 4}, "seq_len must be at least 8, got 4"),
         ("c4", {"clip_pretrained": "openai"}, "--clip-pretrained needs --clip-model"),
         ("coyo", {"save_embeddings": True}, "--save-embeddings needs --clip-model"),
@@ -167,8 +181,19 @@ def test_no_input_builds_the_bundled_sample_where_there_is_one(tmp_path, monkeyp
     built = settings_from_flags("mmc4-reordered")
     assert built.inputs == (str(tmp_path / "sample" / "mmc4-sample.jsonl"),)
     assert os.path.getsize(built.inputs[0]) > 0
+    # its images are local files: the sample build may read them, and only them
+    assert built.fetch.allow_local_files == (SAMPLE_IMAGES,)
+    assert settings_from_flags("mmc4-reordered", inputs=("x",)).fetch.allow_local_files == ()
     with pytest.raises(FlagError) as refused:
         settings_from_flags("wit")
     assert str(refused.value) == (
         "--input is required for wit (the bundled sample is for mmc4, mmc4-pairs, mmc4-reordered)"
     )
+
+
+def test_allow_local_files_are_absolute_with_links_resolved(tmp_path, monkeypatch):
+    (tmp_path / "images").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "images")
+    monkeypatch.chdir(tmp_path)
+    built = settings_from_flags("mmc4-pairs", inputs=("x",), allow_local_files=("link",))
+    assert built.fetch.allow_local_files == (str((tmp_path / "images").resolve()),)
