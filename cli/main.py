@@ -76,6 +76,12 @@ def list_corpora() -> None:
 )
 @click.option("--pad-id", type=int, default=None, help="Default: the tokenizer's pad id, else 0.")
 @click.option(
+    "--image-token-reserved",
+    is_flag=True,
+    help="--image-token-id is a vocabulary piece set aside for images (else it must lie past "
+    "the vocabulary).",
+)
+@click.option(
     "--image-size", type=click.IntRange(1), default=DEFAULTS.fetch.image_size, show_default=True
 )
 @click.option(

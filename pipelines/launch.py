@@ -127,7 +127,11 @@ def execute(
     """Build ``settings`` on ``runner``; resume the output if it holds an
     interrupted attempt of the same build."""
     tokenizer = Tokenizer(
-        settings.tokenizer, settings.tokens_per_image, settings.image_token_id, settings.pad_id
+        settings.tokenizer,
+        settings.tokens_per_image,
+        settings.image_token_id,
+        settings.pad_id,
+        settings.image_token_reserved,
     )
     options = pipeline_options(runner, verbose=verbose)
     FileSystems.set_options(options)  # s3 endpoint and keys for this process's own reads and writes
