@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import shutil
 import sys
 import threading
@@ -143,49 +144,58 @@ def execute(
     )
     options = pipeline_options(runner, verbose=verbose)
     FileSystems.set_options(options)  # s3 endpoint and keys for this process's own reads and writes
-    if options.view_as(TestOptions).dry_run:  # writes nothing, so takes no lock either
-        return _run(settings, runner, options, tokenizer, overwrite, progress_every, dry_run=True)
-    s3_options = options.get_all_options() if storage.scheme(settings.output) == "s3" else None
-    held = lock.acquire(settings.output, s3_options=s3_options)
-    try:
-        outcome = _run(settings, runner, options, tokenizer, overwrite, progress_every)
-    except BaseException:
-        resume.remove_temporaries(settings.output, settings.corpus)
-        with contextlib.suppress(lock.LockError):  # the build's own failure is the one to tell
-            held.release()
-        raise
-    held.release()
-    return outcome
-
-
-def _run(
-    settings: BuildSettings,
-    runner: RunnerSettings,
-    options,
-    tokenizer: Tokenizer,
-    overwrite: bool,
-    progress_every: float,
-    dry_run: bool = False,
-) -> BuildOutcome:
     try:  # Beam validates the options for the runner here (project id, temp location, …)
         pipeline = beam.Pipeline(runner=make_runner(options), options=options)
     except ValueError as exc:
         raise RunnerError(
             f"invalid options for {runner.runner}: {' '.join(str(exc).split())}"
         ) from None
+    build = functools.partial(
+        _run, pipeline, settings, runner, tokenizer, overwrite, progress_every
+    )
+    try:
+        if options.view_as(TestOptions).dry_run:  # writes nothing, so takes no lock either
+            return build(dry_run=True)
+        s3_options = options.get_all_options() if storage.scheme(settings.output) == "s3" else None
+        held = lock.acquire(settings.output, s3_options=s3_options)
+        try:
+            outcome = build()
+        except BaseException:
+            with contextlib.suppress(lock.LockError):  # the build's own failure is the one to tell
+                held.release()
+            raise
+        held.release()
+        return outcome
+    finally:
+        # Beam makes this folder with the pipeline and removes it only once the pipeline runs
+        shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
+
+
+def _run(
+    pipeline: beam.Pipeline,
+    settings: BuildSettings,
+    runner: RunnerSettings,
+    tokenizer: Tokenizer,
+    overwrite: bool,
+    progress_every: float,
+    dry_run: bool = False,
+) -> BuildOutcome:
+    prepared = False
     try:
         found = {"complete_shards": 0}
         if not dry_run:
             found = resume.prepare_output(settings, tokenizer.info, overwrite=overwrite)
+            prepared = True
         build_pipeline(pipeline, settings, tokenizer)
         start = time.monotonic()
         with BuildProgress(settings.output, progress_every if runner.local else 0):
             result = pipeline.run()
             result.wait_until_finish()
         seconds = time.monotonic() - start
-    finally:
-        # Beam makes this folder with the pipeline and removes it only once the pipeline runs
-        shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
+    except BaseException:
+        if prepared:  # a refused build leaves the output as it found it
+            resume.remove_temporaries(settings.output, settings.corpus)
+        raise
     if dry_run:
         return BuildOutcome(None, {}, seconds, result=result)
     resume.remove_temporaries(settings.output, settings.corpus)
