@@ -217,12 +217,16 @@ def test_files_a_build_writes_are_replaced_only_with_overwrite(tmp_path):
     (output / "stats.json").write_text('{"mine": true}')
     (output / "failures.parquet").write_bytes(b"my own")
     c4 = write_c4_json_gz(str(tmp_path), c4_lines())
-    refused = run_cli(*_c4_args([c4], str(output)))
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    refused = run_cli(*_c4_args([c4], str(output)), env={"TMPDIR": str(temporary)})
     assert refused.returncode == 2
     (line,) = refused.stderr.strip().splitlines()
     assert "failures.parquet" in line and "stats.json" in line and "--overwrite" in line
     assert (output / "stats.json").read_text() == '{"mine": true}'
     assert (output / "failures.parquet").read_bytes() == b"my own"
+    assert sorted(p.name for p in output.iterdir()) == ["failures.parquet", "stats.json"]
+    assert not list(temporary.iterdir())  # Beam's folder for the pipeline it was to run
 
     replaced = run_cli(*_c4_args([c4], str(output), "--overwrite"))
     assert replaced.returncode == 0, replaced.stderr
