@@ -437,6 +437,7 @@ def test_no_verify_reads_the_shards_as_they_are(cut_build):
         (b"junk" * 300, "corpora: unreadable shard"),
         (b"", "corpora: unreadable shard"),
     ],
+    ids=["junk", "empty"],
 )
 def test_inspect_on_a_bad_tar_is_one_line(tmp_path, content, message):
     shard = tmp_path / "x-000000.tar"

@@ -46,7 +46,9 @@ def test_a_shard_cut_short_is_refused_before_it_is_described(tmp_path):
     assert sample.key == "mmc4-pairs-000000-000000"
 
 
-@pytest.mark.parametrize("data", [b"junk" * 300, b"\x1f\x8b" + b"\0" * 600, b""])
+@pytest.mark.parametrize(
+    "data", [b"junk" * 300, b"\x1f\x8b" + b"\0" * 600, b""], ids=["junk", "gzip", "empty"]
+)
 def test_an_unreadable_tar_is_one_line(tmp_path, data):
     shard = tmp_path / "x-000000.tar"
     shard.write_bytes(data)
