@@ -24,6 +24,7 @@ from pipelines.runners import (
 def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str, Any]) -> None:
     """Build ``corpus`` with the command line's ``flags``; exit 2 on a usage
     error, 1 when the pipeline fails."""
+    from corpora.lock import LockError
     from corpora.shards.resume import SettingsChanged
     from pipelines.inputs import input_error_of, resolve_inputs
     from pipelines.launch import execute
@@ -50,7 +51,7 @@ def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str,
     if settings.corpus_options:
         click.echo("  " + ", ".join(f"{k}={v}" for k, v in settings.corpus_options.items()))
     try:
-        with usage_errors(SettingsChanged, RunnerError), only_corpora_lines(not verbose):
+        with usage_errors(SettingsChanged, RunnerError, LockError), only_corpora_lines(not verbose):
             outcome = execute(
                 settings,
                 runner,

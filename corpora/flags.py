@@ -15,6 +15,9 @@ The rules that concern more than one setting live here, not in the CLI:
   with that option, on the source's own width and height before any download;
 - without ``--input`` a corpus with a bundled sample builds it, and may read
   the sample's images, local files (``--allow-local-files`` of its folder);
+- ``--image-token-id`` and ``--pad-id`` are checked against the tokenizer
+  (:func:`corpora.tokenizer.check_special_ids`; ``--image-token-reserved``
+  lets the image token id be a vocabulary piece set aside for images);
 - ``--smoke`` comes last and wins.
 
 Every refusal is a :class:`FlagError` whose message is one line for the user.
@@ -57,6 +60,7 @@ BUILD_FLAGS = (
     "tokens_per_image",
     "image_token_id",
     "pad_id",
+    "image_token_reserved",
     "samples_per_shard",
     "pack_groups",
     "pack",
@@ -123,6 +127,7 @@ def settings_from_flags(corpus: str, **flags: Any) -> BuildSettings:
     given = {name: value for name, value in flags.items() if value is not None}
     fields = {name: given[name] for name in BUILD_FLAGS if name in given}
     _check_tokenizer(fields.setdefault("tokenizer", SAMPLE_TOKENIZER))
+    _check_special_ids(fields)
     clip = _clip_settings(corpus, given)
     options = _corpus_options(corpus, given, clip_given="clip_model" in given)
     output = given.get("output") or os.path.join("corpora-out", corpus)
@@ -251,6 +256,21 @@ def _check_tokenizer(path: str) -> None:
         raise FlagError(
             f"tokenizer is not a readable SentencePiece model: {path} ({str(exc).splitlines()[0]})"
         ) from None
+
+
+def _check_special_ids(fields: dict[str, Any]) -> None:
+    """``--image-token-id`` and ``--pad-id`` against the tokenizer, before anything runs."""
+    from corpora.tokenizer import ModelIds, SpecialIdError, check_special_ids
+
+    try:
+        check_special_ids(
+            ModelIds.read(fields["tokenizer"]),
+            fields.get("image_token_id"),
+            fields.get("pad_id"),
+            fields.get("image_token_reserved", False),
+        )
+    except SpecialIdError as exc:
+        raise FlagError(str(exc)) from None
 
 
 def describe_clip(settings: BuildSettings) -> str | None:

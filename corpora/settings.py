@@ -30,6 +30,7 @@ class BuildSettings:
     tokens_per_image: int = 576  # VILA: CLIP ViT-L/14 at 336 px gives 24 x 24 patches
     image_token_id: int | None = None
     pad_id: int | None = None
+    image_token_reserved: bool = False  # the image token id is a vocabulary piece set aside
     samples_per_shard: int = 1000
     pack_groups: int | None = None  # None: one per pack_groups.DOCS_PER_PACK_GROUP documents
     pack: bool = True  # False: one document (or piece of one) per sample

@@ -197,3 +197,37 @@ def test_allow_local_files_are_absolute_with_links_resolved(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     built = settings_from_flags("mmc4-pairs", inputs=("x",), allow_local_files=("link",))
     assert built.fetch.allow_local_files == (str((tmp_path / "images").resolve()),)
+
+
+# ---------------------------------------------------------------- special ids (issue 16, defect 4)
+
+
+@pytest.mark.parametrize(
+    "ids, message",
+    [
+        ({"image_token_id": 1}, "image token id 1 is the tokenizer's BOS id"),
+        ({"image_token_id": 2}, "image token id 2 is the tokenizer's EOS id"),
+        ({"image_token_id": 0}, "image token id 0 is the tokenizer's UNK id"),
+        ({"image_token_id": 7}, "image token id 7 is a text id (vocabulary 0..999)"),
+        ({"pad_id": 1}, "pad id 1 is the tokenizer's BOS id"),
+        ({"pad_id": 1000}, "pad id 1000 is the image token id"),
+        ({"pad_id": -1}, "pad id -1 is negative"),
+        ({"image_token_id": 2**32}, "image token id 4294967296 does not fit in int32"),
+    ],
+)
+def test_special_ids_that_would_corrupt_the_shards_are_refused(ids, message):
+    with pytest.raises(FlagError) as caught:
+        settings_from_flags("c4", inputs=("c4.json.gz",), **ids)
+    assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_reserved_image_piece_inside_the_vocabulary_is_allowed_when_said():
+    built = settings_from_flags(
+        "c4", inputs=("c4.json.gz",), image_token_id=999, image_token_reserved=True
+    )
+    assert (built.image_token_id, built.image_token_reserved) == (999, True)
+    with pytest.raises(FlagError, match="past the vocabulary"):
+        settings_from_flags(
+            "c4", inputs=("c4.json.gz",), image_token_id=1000, image_token_reserved=True
+        )
