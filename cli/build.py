@@ -25,8 +25,9 @@ from pipelines.runners import (
 def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str, Any]) -> None:
     """Build ``corpus`` with the command line's ``flags``; exit 2 on a usage
     error, 1 when the pipeline fails."""
+    from corpora.lock import LockError
     from corpora.shards.resume import SettingsChanged
-    from pipelines.inputs import input_bytes, resolve_inputs
+    from pipelines.inputs import input_bytes, input_error_of, resolve_inputs
     from pipelines.launch import execute
 
     verbose = logging.getLogger().isEnabledFor(logging.INFO)
@@ -53,7 +54,7 @@ def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str,
     if settings.corpus_options:
         click.echo("  " + ", ".join(f"{k}={v}" for k, v in settings.corpus_options.items()))
     try:
-        with usage_errors(SettingsChanged, RunnerError), only_corpora_lines(not verbose):
+        with usage_errors(SettingsChanged, RunnerError, LockError), only_corpora_lines(not verbose):
             outcome = execute(
                 settings,
                 runner,
@@ -64,6 +65,9 @@ def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str,
     except UsageFailure:
         raise
     except Exception as exc:  # the pipeline failed: one line, exit 1
+        unreadable = input_error_of(exc)  # …or a worker found an input unreadable: exit 2
+        if unreadable is not None and not verbose:
+            raise UsageFailure(str(unreadable)) from None
         message = str(exc).strip().splitlines()
         click.echo(
             f"corpora: build failed: {message[-1] if message else type(exc).__name__}", err=True

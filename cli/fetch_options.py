@@ -90,6 +90,12 @@ FLAGS: dict[str, dict[str, Any]] = {
         metavar="CIDR",
         help="Let this private network through the address guard. Repeatable.",
     ),
+    "--allow-local-files": dict(
+        multiple=True,
+        metavar="DIR",
+        help="Read file:// URLs and local paths of images, only regular files under this "
+        "directory (refused by default as local_file). Repeatable.",
+    ),
     "--retry-failures": dict(
         default=None,
         metavar="FAILURES_PARQUET",

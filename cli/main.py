@@ -76,6 +76,12 @@ def list_corpora() -> None:
 )
 @click.option("--pad-id", type=int, default=None, help="Default: the tokenizer's pad id, else 0.")
 @click.option(
+    "--image-token-reserved",
+    is_flag=True,
+    help="--image-token-id is a vocabulary piece set aside for images (else it must lie past "
+    "the vocabulary).",
+)
+@click.option(
     "--image-size", type=click.IntRange(1), default=DEFAULTS.fetch.image_size, show_default=True
 )
 @click.option(
@@ -89,6 +95,13 @@ def list_corpora() -> None:
     type=click.IntRange(1),
     default=DEFAULTS.samples_per_shard,
     show_default=True,
+)
+@click.option(
+    "--max-line-bytes",
+    type=click.IntRange(1),
+    default=DEFAULTS.max_line_bytes,
+    show_default=True,
+    help="Drop an input line longer than this (line_too_long) without loading it.",
 )
 @click.option(
     "--pack-groups",
@@ -221,17 +234,26 @@ def build(corpus, beam_args, overwrite, **flags):
     build_command.run(corpus, beam_args, overwrite, flags)
 
 
+_verify_option = click.option(
+    "--verify/--no-verify",
+    default=True,
+    show_default=True,
+    help="Check each shard's size and sha256 against the manifest before reading it.",
+)
+
+
 @cli.command()
 @click.argument("path")
 @click.option(
     "--index", type=click.IntRange(0), default=0, show_default=True, help="Which sample to show."
 )
-def inspect(path, index):
+@_verify_option
+def inspect(path, index, verify):
     """Print one packed sample of a build directory or a shard readably."""
     from corpora.describe import describe_sample, find_sample
 
     with usage_errors(OSError, ValueError, IndexError):
-        sample, manifest = find_sample(path, index)
+        sample, manifest = find_sample(path, index, verify)
     click.echo(describe_sample(sample, manifest))
 
 
@@ -298,7 +320,8 @@ def _progress(number: int, total: int, shard: str) -> None:
     is_flag=True,
     help="Print the statistics as JSON (the format of stats.json).",
 )
-def stats(path, as_json):
+@_verify_option
+def stats(path, as_json, verify):
     """Statistics of a build, recomputed from its shards.
 
     DIR_OR_MANIFEST is a build directory, its manifest.json, or one shard of it.
@@ -308,7 +331,7 @@ def stats(path, as_json):
     from corpora.stats_table import format_table
 
     with usage_errors(BuildInputError):
-        result = stats_from_shards(path, _progress)
+        result = stats_from_shards(path, _progress, verify)
     click.echo(stats_json(result) if as_json else format_table(result), nl=not as_json)
 
 
@@ -322,14 +345,15 @@ def stats(path, as_json):
     show_default=True,
     help="Packed samples shown in the gallery.",
 )
-def report(path, output, samples):
+@_verify_option
+def report(path, output, samples, verify):
     """Write report.html: a build's statistics, charts and a gallery of packed samples."""
     from corpora.reader import BuildInputError
     from corpora.report import write_report
 
     with usage_errors(BuildInputError):
         try:
-            written = write_report(path, output, samples, _progress)
+            written = write_report(path, output, samples, _progress, verify)
         except OSError as exc:
             raise UsageFailure(f"cannot write report: {exc}") from None
     click.echo(f"Wrote {written}")

@@ -49,6 +49,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from typing import Iterable
 
@@ -174,8 +175,9 @@ def _ipv6_refusal(address: IPv6) -> str | None:
     return _lookup(address, _IPV6_REFUSED)
 
 
-def _networks(allow_networks: Iterable[str]) -> list[ipaddress._BaseNetwork]:
-    return [ipaddress.ip_network(n, strict=False) for n in allow_networks]
+@functools.lru_cache(maxsize=64)  # a fetch asks with the same few networks for every URL
+def _networks(allow_networks: tuple[str, ...]) -> tuple[ipaddress._BaseNetwork, ...]:
+    return tuple(ipaddress.ip_network(n, strict=False) for n in allow_networks)
 
 
 def refusal(
@@ -197,7 +199,7 @@ def refusal(
     ip = ipaddress.ip_address(address.split("%", 1)[0])
     if allow_private:
         return None
-    networks = _networks(allow_networks)
+    networks = _networks(tuple(allow_networks))
     if networks:
         candidates = [ip] + ([inner for _, inner in embedded_ipv4(ip)] if ip.version == 6 else [])
         if any(candidate in network for candidate in candidates for network in networks):

@@ -13,7 +13,11 @@ The rules that concern more than one setting live here, not in the CLI:
   its precomputed similarity sum);
 - ``--max-aspect-ratio`` is checked on every decoded image and, for a corpus
   with that option, on the source's own width and height before any download;
-- without ``--input`` a corpus with a bundled sample builds it;
+- without ``--input`` a corpus with a bundled sample builds it, and may read
+  the sample's images, local files (``--allow-local-files`` of its folder);
+- ``--image-token-id`` and ``--pad-id`` are checked against the tokenizer
+  (:func:`corpora.tokenizer.check_special_ids`; ``--image-token-reserved``
+  lets the image token id be a vocabulary piece set aside for images);
 - ``--smoke`` comes last and wins.
 
 Every refusal is a :class:`FlagError` whose message is one line for the user.
@@ -40,6 +44,7 @@ import tempfile
 from typing import Any
 
 from corpora import catalog
+from corpora.bundled_sample import SAMPLE_IMAGES
 from corpora.settings import SAMPLE_TOKENIZER, BuildSettings, corpus_settings, smoke
 from corpora.spec import CLIP_DOCUMENTS, CLIP_PAIRS
 
@@ -55,9 +60,11 @@ BUILD_FLAGS = (
     "tokens_per_image",
     "image_token_id",
     "pad_id",
+    "image_token_reserved",
     "samples_per_shard",
     "pack_groups",
     "pack",
+    "max_line_bytes",
 )
 # flag → FetchSettings field (``ignore_opt_out`` sets ``respect_opt_out`` to its opposite).
 FETCH_FLAGS = {
@@ -80,6 +87,7 @@ FETCH_FLAGS = {
     "user_agent": "user_agent",
     "ignore_opt_out": "respect_opt_out",
     "allow_network": "allow_networks",
+    "allow_local_files": "allow_local_files",
     "retry_failures": "retry_failures",
     "retry_reason": "retry_reasons",
 }
@@ -119,6 +127,7 @@ def settings_from_flags(corpus: str, **flags: Any) -> BuildSettings:
     given = {name: value for name, value in flags.items() if value is not None}
     fields = {name: given[name] for name in BUILD_FLAGS if name in given}
     _check_tokenizer(fields.setdefault("tokenizer", SAMPLE_TOKENIZER))
+    _check_special_ids(fields)
     clip = _clip_settings(corpus, given)
     options = _corpus_options(corpus, given, clip_given="clip_model" in given)
     output = given.get("output") or os.path.join("corpora-out", corpus)
@@ -133,6 +142,8 @@ def settings_from_flags(corpus: str, **flags: Any) -> BuildSettings:
                 f"{', '.join(having) or 'no corpus'})"
             )
         inputs = (spec.sample(SAMPLE_DIRECTORY),)
+        # the sample's images are local files: the one folder it may read
+        given["allow_local_files"] = (*given.get("allow_local_files", ()), SAMPLE_IMAGES)
     try:
         settings = corpus_settings(corpus, inputs, output, clip=clip, **fields, **options)
         settings = settings.replace(fetch=_fetch_settings(settings, given))
@@ -218,10 +229,20 @@ def _fetch_settings(settings: BuildSettings, given: dict[str, Any]):
             value = not value
         elif name in ("allow_network", "retry_reason"):
             value = tuple(value)
+        elif name == "allow_local_files":
+            value = tuple(_local_directory(directory) for directory in value)
         elif name == "retry_failures" and "://" not in value:
             value = os.path.abspath(value)
         changes[field] = value
     return dataclasses.replace(settings.fetch, **changes)
+
+
+def _local_directory(given: str) -> str:
+    """An ``--allow-local-files`` directory as the fetch compares paths with:
+    absolute, every symbolic link resolved."""
+    if not os.path.isdir(given):
+        raise FlagError(f"--allow-local-files {given}: not a directory")
+    return os.path.realpath(given)
 
 
 def _check_tokenizer(path: str) -> None:
@@ -235,6 +256,21 @@ def _check_tokenizer(path: str) -> None:
         raise FlagError(
             f"tokenizer is not a readable SentencePiece model: {path} ({str(exc).splitlines()[0]})"
         ) from None
+
+
+def _check_special_ids(fields: dict[str, Any]) -> None:
+    """``--image-token-id`` and ``--pad-id`` against the tokenizer, before anything runs."""
+    from corpora.tokenizer import ModelIds, SpecialIdError, check_special_ids
+
+    try:
+        check_special_ids(
+            ModelIds.read(fields["tokenizer"]),
+            fields.get("image_token_id"),
+            fields.get("pad_id"),
+            fields.get("image_token_reserved", False),
+        )
+    except SpecialIdError as exc:
+        raise FlagError(str(exc)) from None
 
 
 def describe_clip(settings: BuildSettings) -> str | None:

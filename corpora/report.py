@@ -364,12 +364,15 @@ def write_report(
     output: str | None = None,
     samples: int = 3,
     progress: Callable[[int, int, str], None] | None = None,
+    verify: bool = True,
 ) -> str:
     """Compute ``path``'s statistics from its shards and write ``report.html``
-    (beside the manifest unless ``output`` says where); returns its path."""
+    (beside the manifest unless ``output`` says where); returns its path. With
+    ``verify`` the shards are checked against the manifest first
+    (:func:`corpora.stats.stats_from_shards`)."""
     import itertools
 
-    stats = corpus_stats.stats_from_shards(path, progress)
+    stats = corpus_stats.stats_from_shards(path, progress, verify)
     build = reader.locate(path)
     gallery = list(
         itertools.islice(reader.iter_samples(build.shards, decode_images=False), samples)

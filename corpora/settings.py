@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 
 from corpora.clip import ClipSettings
 from corpora.fetch import FetchSettings
+from corpora.inputs import MAX_LINE_BYTES
 
 PACKAGE_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 SAMPLE_TOKENIZER = os.path.join(PACKAGE_DATA, "sample.model")
@@ -29,12 +30,14 @@ class BuildSettings:
     tokens_per_image: int = 576  # VILA: CLIP ViT-L/14 at 336 px gives 24 x 24 patches
     image_token_id: int | None = None
     pad_id: int | None = None
+    image_token_reserved: bool = False  # the image token id is a vocabulary piece set aside
     samples_per_shard: int = 1000
     pack_groups: int | None = None  # None: from the documents (pack_groups.pack_group_count)
     pack: bool = True  # False: one document (or piece of one) per sample
     fetch: FetchSettings = FetchSettings(image_size=336)
     corpus_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     clip: ClipSettings | None = None  # CLIP scoring and filtering (corpora.clip); off when None
+    max_line_bytes: int = MAX_LINE_BYTES  # a longer input line is dropped as line_too_long
 
     def __post_init__(self) -> None:
         if self.seq_len < 8:
@@ -50,6 +53,8 @@ class BuildSettings:
             raise ValueError("samples_per_shard must be at least 1")
         if self.pack_groups is not None and self.pack_groups < 1:
             raise ValueError("pack_groups must be at least 1")
+        if self.max_line_bytes < 1:
+            raise ValueError(f"max_line_bytes must be at least 1, got {self.max_line_bytes}")
 
     def replace(self, **changes: Any) -> "BuildSettings":
         return dataclasses.replace(self, **changes)

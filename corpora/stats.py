@@ -368,13 +368,15 @@ def finalize(
 
 
 def stats_from_shards(
-    path: str, progress: Callable[[int, int, str], None] | None = None
+    path: str, progress: Callable[[int, int, str], None] | None = None, verify: bool = True
 ) -> dict[str, Any]:
     """Recompute a build's statistics from its finished shards: ``path`` is a
     build directory, its ``manifest.json`` or one shard (see
     :func:`corpora.reader.locate`, whose :class:`~corpora.reader.BuildInputError`
-    this raises, also for a shard that cannot be read)."""
-    build = reader.locate(path)
+    this raises, also for a shard that cannot be read). With ``verify`` every
+    shard is first checked against its manifest entry (size and sha256), so a
+    shard cut short is refused rather than counted."""
+    build = reader.locate(path, verify=verify)
     ids = TokenIds.from_manifest(build.manifest)
     acc = StatsAccumulator()
     for number, shard in enumerate(build.shards, 1):

@@ -165,7 +165,8 @@ def file_sha256(path: str) -> str:
 
 
 class Tokenizer:
-    """A SentencePiece model plus the special ids a build uses.
+    """A SentencePiece model plus the special ids a build uses, checked
+    against the model (:func:`check_special_ids`: :class:`SpecialIdError`).
 
     Picklable: it carries the serialized model, so a Beam worker loads it
     once in ``setup()`` without needing the original path.
@@ -177,6 +178,7 @@ class Tokenizer:
         tokens_per_image: int,
         image_token_id: int | None = None,
         pad_id: int | None = None,
+        image_token_reserved: bool = False,
     ):
         import sentencepiece as spm
 
@@ -184,14 +186,17 @@ class Tokenizer:
             self._model = handle.read()
         self._processor = spm.SentencePieceProcessor(model_proto=self._model)
         model = ModelIds.of(self._processor)
+        image_token_id, pad_id = check_special_ids(
+            model, image_token_id, pad_id, image_token_reserved
+        )
         self.info = TokenizerInfo(
             path=path,
             sha256=hashlib.sha256(self._model).hexdigest(),
             vocab_size=model.vocab_size,
             bos_id=model.bos_id,
             eos_id=model.eos_id,
-            pad_id=pad_id if pad_id is not None else model.default_pad_id,
-            image_token_id=model.vocab_size if image_token_id is None else image_token_id,
+            pad_id=pad_id,
+            image_token_id=image_token_id,
             tokens_per_image=tokens_per_image,
         )
 

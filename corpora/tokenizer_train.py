@@ -92,10 +92,11 @@ def texts_of_line(raw: bytes) -> list[str]:
 
 def iter_corpus_text(stream, path: str) -> Iterator[str]:
     """The training texts of one (possibly compressed) corpus file."""
-    from corpora.inputs import iter_lines
+    from corpora.inputs import LongLine, iter_lines
 
     for _, raw in iter_lines(stream, path):
-        yield from texts_of_line(raw)
+        if not isinstance(raw, LongLine):  # a line over the cap is never loaded
+            yield from texts_of_line(raw)
 
 
 def match_corpus_files(inputs: Sequence[str]) -> list[Any]:

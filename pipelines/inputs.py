@@ -7,11 +7,19 @@ match files that open; the corpus's own check (a COYO parquet holds the
 columns the build reads) runs on every file; a ``--retry-failures`` file must
 be a readable ``failures.parquet``. Each refusal is an
 :class:`~corpora.inputs.InputError` with one line that names the file.
+
+An input can also turn out unreadable only once a worker reads it (a ``.gz``
+truncated half way). :func:`input_error_of` finds that worker's
+``InputError`` in the failure the runner reports, whether the runner raised
+it again in this process or sent back its traceback as text (a
+multi-process DirectRunner, a remote runner), so the user gets the same one
+line as for an input refused before the build.
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 from corpora import catalog
 from corpora.inputs import InputError
@@ -77,3 +85,35 @@ def _check_failures_file(path: str) -> None:
 
 def _first_line(exc: Exception) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+# How a worker's InputError reads in the text a runner sends back, and the
+# step Beam appends to an exception's message.
+_REPORTED = re.compile(r"corpora\.inputs\.InputError: (.+)$", re.MULTILINE)
+_STEP = re.compile(r" \[while running '[^\n]*'\]$")
+
+
+def input_error_of(failure: BaseException) -> InputError | None:
+    """The :class:`InputError` a worker raised that made ``failure``, with
+    the worker's own one-line message; ``None`` for a failure of another kind.
+
+    >>> text = ("Traceback (most recent call last):\\n  ...\\n"
+    ...         "corpora.inputs.InputError: docs.jsonl.gz: Compressed file ended before the"
+    ...         " end-of-stream marker was reached [while running 'Read/ParDo(ReadSource)']")
+    >>> print(input_error_of(RuntimeError(text.replace("\\n", chr(10)))))
+    docs.jsonl.gz: Compressed file ended before the end-of-stream marker was reached
+    >>> input_error_of(RuntimeError("disk full")) is None
+    True
+    """
+    seen: set[int] = set()
+    current: BaseException | None = failure
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        message = str(current)
+        if isinstance(current, InputError):
+            return InputError(_STEP.sub("", message.strip().splitlines()[0]))
+        reported = _REPORTED.findall(message)
+        if reported:
+            return InputError(_STEP.sub("", reported[-1].strip()))
+        current = current.__cause__ or current.__context__
+    return None

@@ -1,11 +1,14 @@
-"""Running a build: prepare (or resume) the output, run the pipeline on the
-chosen runner, show progress on long local builds, and summarise the run
-from Beam's metrics.
+"""Running a build: take the output's lock, prepare (or resume) the output,
+run the pipeline on the chosen runner, show progress on long local builds,
+clean up (after a failure too), and summarise the run from Beam's metrics.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import shutil
 import sys
 import threading
 import time
@@ -15,6 +18,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import TestOptions
 
+from corpora import lock
 from corpora.settings import BuildSettings
 from corpora.shards import resume as core_resume
 from corpora.shards.manifest import MANIFEST
@@ -125,30 +129,75 @@ def execute(
     progress_every: float = 0,
 ) -> BuildOutcome:
     """Build ``settings`` on ``runner``; resume the output if it holds an
-    interrupted attempt of the same build."""
+    interrupted attempt of the same build.
+
+    The build holds the output's lock (:mod:`corpora.lock`) from before it
+    touches the output to its end: a second build into the same output gets
+    :class:`corpora.lock.OutputLocked`. A failed build leaves no temporaries,
+    in the output or in the temporary directory."""
     tokenizer = Tokenizer(
-        settings.tokenizer, settings.tokens_per_image, settings.image_token_id, settings.pad_id
+        settings.tokenizer,
+        settings.tokens_per_image,
+        settings.image_token_id,
+        settings.pad_id,
+        settings.image_token_reserved,
     )
     options = pipeline_options(runner, verbose=verbose)
     FileSystems.set_options(options)  # s3 endpoint and keys for this process's own reads and writes
-    dry_run = bool(options.view_as(TestOptions).dry_run)
     try:  # Beam validates the options for the runner here (project id, temp location, …)
         pipeline = beam.Pipeline(runner=make_runner(options), options=options)
     except ValueError as exc:
         raise RunnerError(
             f"invalid options for {runner.runner}: {' '.join(str(exc).split())}"
         ) from None
-    found = {"complete_shards": 0}
-    if not dry_run:  # a dry run writes nothing, so it does not touch the output either
-        found = resume.prepare_output(settings, tokenizer.info, overwrite=overwrite)
-    build_pipeline(pipeline, settings, tokenizer)
-    if dry_run and runner.runner == "DirectRunner":  # Beam's FnApiRunner would run it all
-        return BuildOutcome(None, {}, 0.0)
-    start = time.monotonic()
-    with BuildProgress(settings.output, progress_every if runner.local else 0):
-        result = pipeline.run()
-        result.wait_until_finish()
-    seconds = time.monotonic() - start
+    build = functools.partial(
+        _run, pipeline, settings, runner, tokenizer, overwrite, progress_every
+    )
+    try:
+        if options.view_as(TestOptions).dry_run:  # writes nothing, so takes no lock either
+            return build(dry_run=True)
+        s3_options = options.get_all_options() if storage.scheme(settings.output) == "s3" else None
+        held = lock.acquire(settings.output, s3_options=s3_options)
+        try:
+            outcome = build()
+        except BaseException:
+            with contextlib.suppress(lock.LockError):  # the build's own failure is the one to tell
+                held.release()
+            raise
+        held.release()
+        return outcome
+    finally:
+        # Beam makes this folder with the pipeline and removes it only once the pipeline runs
+        shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
+
+
+def _run(
+    pipeline: beam.Pipeline,
+    settings: BuildSettings,
+    runner: RunnerSettings,
+    tokenizer: Tokenizer,
+    overwrite: bool,
+    progress_every: float,
+    dry_run: bool = False,
+) -> BuildOutcome:
+    prepared = False
+    try:
+        found = {"complete_shards": 0}
+        if not dry_run:
+            found = resume.prepare_output(settings, tokenizer.info, overwrite=overwrite)
+            prepared = True
+        build_pipeline(pipeline, settings, tokenizer)
+        if dry_run and runner.runner == "DirectRunner":  # Beam's FnApiRunner would run it all
+            return BuildOutcome(None, {}, 0.0)
+        start = time.monotonic()
+        with BuildProgress(settings.output, progress_every if runner.local else 0):
+            result = pipeline.run()
+            result.wait_until_finish()
+        seconds = time.monotonic() - start
+    except BaseException:
+        if prepared:  # a refused build leaves the output as it found it
+            resume.remove_temporaries(settings.output, settings.corpus)
+        raise
     if dry_run:
         return BuildOutcome(None, {}, seconds, result=result)
     resume.remove_temporaries(settings.output, settings.corpus)

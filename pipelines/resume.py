@@ -11,23 +11,30 @@ from typing import Any, Iterable
 from apache_beam.io.filesystems import FileSystems
 
 from corpora import shards
+from corpora.fetch.accounting import FAILURES
 from corpora.pack import PackedSequence
 from corpora.settings import BuildSettings
 from corpora.shards import resume
 from corpora.shards.manifest import MANIFEST
+from corpora.stats import STATS
 from corpora.tokenizer import TokenizerInfo
 from pipelines import storage
+
+EMBEDDINGS = "clip-embeddings-*.parquet"  # corpora.clip.embeddings_file_name
+REPORT = "report.html"  # `corpora report`'s page: it describes the build it was made from
 
 
 def prepare_output(
     settings: BuildSettings, tokenizer: TokenizerInfo, overwrite: bool = False
 ) -> dict[str, int]:
-    """Make ``settings.output`` ready for this build.
+    """Make ``settings.output`` ready for this build (the caller holds its lock).
 
     A new output gets the build's fingerprint. An output of the same build is
-    resumed: its complete shards stay. An output of another build is refused
-    with :class:`corpora.shards.resume.SettingsChanged`, or, with ``overwrite``,
-    emptied of that build's files first. Returns what it found.
+    resumed: its complete shards stay. An output of another build, or one
+    holding files a build writes (``stats.json``, ``failures.parquet`` …) with
+    no record of their settings, is refused with
+    :class:`corpora.shards.resume.SettingsChanged`, or, with ``overwrite``,
+    emptied of every file of that build first. Returns what it found.
     """
     output = settings.output
     if not FileSystems.exists(output):
@@ -35,17 +42,23 @@ def prepare_output(
     state_path = FileSystems.join(output, resume.BUILD_STATE)
     current = resume.fingerprint(settings, tokenizer)
     previous = storage.read_json(state_path) if FileSystems.exists(state_path) else None
-    existing = _build_files(output, settings.corpus)
+    corpora = {settings.corpus, ((previous or {}).get("settings") or {}).get("corpus")}
+    existing = _build_files(output, sorted(c for c in corpora if isinstance(c, str) and c))
     if previous is None and existing and not overwrite:
+        names = [p.rsplit("/", 1)[-1] for p in existing]
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
         raise resume.SettingsChanged(
-            f"{output} already holds {len(existing)} build file(s) "
+            f"{output} already holds {len(existing)} build file(s) ({shown}) "
             "but no record of their settings; "
             "re-run with --overwrite to replace them, or choose another --output"
         )
     if overwrite:
+        # every file of the previous build goes, so none of them can pass for this one's
+        existing += _matching(FileSystems.join(output, REPORT))
         removed = len(existing)
         if existing:
             FileSystems.delete(existing)
+        remove_temporaries(output, settings.corpus)
     else:
         resume.check_same_build(previous, current, output)
         removed = 0
@@ -61,27 +74,26 @@ def _matching(pattern: str) -> list[str]:
         return []
 
 
-def _build_files(output: str, corpus: str) -> list[str]:
+def _build_files(output: str, corpora: Iterable[str]) -> list[str]:
+    """The files a build of one of ``corpora`` writes in ``output``."""
     join = FileSystems.join
-    return (
-        _matching(join(output, f"{corpus}-*.tar*"))
-        + _matching(join(output, MANIFEST))
-        + _matching(join(output, resume.SHARD_MARKERS, "*.json"))
-        + _matching(join(output, resume.BUILD_STATE))
-    )
+    names = [f"{corpus}-*.tar*" for corpus in corpora]
+    names += [MANIFEST, STATS, FAILURES, EMBEDDINGS]
+    names += [f"{resume.SHARD_MARKERS}/*.json", resume.BUILD_STATE]
+    return [path for name in names for path in _matching(join(output, name))]
 
 
 def remove_temporaries(output: str, corpus: str) -> int:
     """Delete the half-written files of interrupted attempts: every temporary
     name :func:`pipelines.storage.create_atomically` gives (``*.tmp-*``), in
-    the output and in its state folder."""
+    the output and in its state folder, and Beam's ``beam-temp-*`` folders."""
     temporaries = f"*{storage.TEMPORARY}*"
     paths = _matching(FileSystems.join(output, temporaries))
     paths += _matching(FileSystems.join(output, resume.STATE_DIR, temporaries))
     paths += _matching(FileSystems.join(output, resume.SHARD_MARKERS, temporaries))
     if paths:
         FileSystems.delete(paths)
-    return len(paths)
+    return len(paths) + storage.delete_folders(output, "beam-temp-")
 
 
 def remove_stale_shards(output: str, corpus: str, current: Iterable[str]) -> int:

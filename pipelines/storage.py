@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import glob
 import json
+import os
 import shutil
 import tempfile
 import uuid
@@ -138,6 +140,28 @@ def read_failure_urls(path: str, reasons: Iterable[str] = ()) -> frozenset[str]:
     filesystem), optionally only those that failed for one of ``reasons``."""
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
         return failure_urls(stream, reasons)
+
+
+def delete_folders(parent: str, prefix: str) -> int:
+    """Delete the folders in ``parent`` whose names start with ``prefix``, with
+    everything in them (on an object store: every object under those names);
+    how many were found."""
+    if scheme(parent) in ("", "file"):
+        local = parent[len("file://") :] if parent.startswith("file://") else parent
+        folders = glob.glob(os.path.join(glob.escape(local), glob.escape(prefix) + "*"))
+        folders = [f for f in folders if os.path.isdir(f) and not os.path.islink(f)]
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
+        return len(folders)
+    try:
+        found = FileSystems.match([FileSystems.join(parent, prefix + "*/**")])[0].metadata_list
+    except Exception:  # nothing there, on some stores
+        return 0
+    paths = [m.path for m in found]
+    if paths:
+        FileSystems.delete(paths)
+    folders = {p[len(parent.rstrip("/")) + 1 :].split("/", 1)[0] for p in paths}
+    return len(folders)
 
 
 def delete_matching(pattern: str) -> int:

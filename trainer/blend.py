@@ -138,12 +138,12 @@ def resolve_source(location: str, weight: float = 1.0) -> Source:
                 raise DataError(
                     f"{location}: {_basename(url)} is not a shard of the build in {base}"
                 )
-            shards.append(Shard(url, entry["samples"], entry["sha256"]))
+            shards.append(Shard.of(url, entry))
     else:
         base = _dirname(location) if location.endswith(".json") else location.rstrip("/")
         manifest = _load(location, location if location.endswith(".json") else base)
         shards = [
-            Shard(url, entry["samples"], entry["sha256"])
+            Shard.of(url, entry)
             for url, entry in zip(reader.shard_urls(base, manifest), manifest["shards"])
         ]
     if not shards:

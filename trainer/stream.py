@@ -19,10 +19,12 @@ belongs to part ``j mod k``), so consumers still never see the same sample:
     [('s0.tar', 0, 2), ('s1.tar', 1, 2)]
 
 **Bad shards.** A shard that cannot be opened, is corrupt or truncated, or
-(with ``verify``) does not match its manifest entry is skipped: one warning
-line per shard (logger ``trainer.data``) and a count in ``counters``; the
-samples read intact before the damage are kept. A pass in which no shard
-gives a sample raises :class:`DataError` rather than spin.
+(with ``verify``) does not match its manifest entry (its size, sha256 and
+count: :func:`corpora.reader.verify_shard`, the check ``corpora stats``
+makes) is skipped: one warning line per shard (logger ``trainer.data``) and
+a count in ``counters``; the samples read intact before the damage are
+kept. A pass in which no shard gives a sample raises :class:`DataError`
+rather than spin.
 
 **Resume.** :meth:`ShardStream.state_dict` is small (the pass, the shard and
 sample reached, the shuffle generator's state and *references* to the
@@ -57,6 +59,17 @@ class Shard:
     sha256: str | None = None
     part: int = 0
     parts: int = 1
+    size: int | None = None  # bytes
+
+    @classmethod
+    def of(cls, url: str, entry: dict[str, Any]) -> "Shard":
+        """The shard at ``url`` with what its manifest ``entry`` says of it."""
+        return cls(url, entry["samples"], entry["sha256"], size=entry.get("bytes"))
+
+    @property
+    def entry(self) -> dict[str, Any]:
+        """What :func:`corpora.reader.verify_shard` checks: the manifest's say."""
+        return {"samples": self.samples, "sha256": self.sha256, "bytes": self.size}
 
 
 def split_shards(shards: Sequence[Shard], consumer: int, consumers: int) -> list[Shard]:
@@ -163,7 +176,7 @@ class ShardStream:
     def _verified_ok(self, shard: Shard) -> bool:
         if shard.url not in self._verified:
             try:
-                reader.verify_shard(shard.url, {"samples": shard.samples, "sha256": shard.sha256})
+                reader.verify_shard(shard.url, shard.entry)  # as corpora stats checks it
                 self._verified[shard.url] = True
             except Exception as exc:  # a mismatch, a truncated tar, an unreachable URL
                 self._verified[shard.url] = False

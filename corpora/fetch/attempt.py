@@ -14,6 +14,7 @@ import http.client
 import os
 import socket
 import ssl
+import stat
 import time
 import urllib.parse
 import urllib.request
@@ -21,7 +22,7 @@ from typing import Callable, Iterable
 
 from corpora.fetch import connections
 from corpora.fetch.connections import ConnectionPool, DnsCache
-from corpora.fetch.guard import address_allowed
+from corpora.fetch.guard import refusal
 from corpora.fetch.settings import FetchSettings
 
 OPT_OUT_DIRECTIVES = frozenset({"noai", "noimageai", "noindex", "noimageindex"})
@@ -96,22 +97,74 @@ def retry_after_seconds(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def read_file(url: str, settings: FetchSettings) -> Attempt:
-    path = (
-        urllib.request.url2pathname(urllib.parse.urlsplit(url).path)
-        if url.startswith("file:")
-        else url
-    )
+def local_path(url: str) -> tuple[str | None, str]:
+    """The local path a ``file:`` URL or a plain path names, or ``None`` and
+    why not: a ``file:`` URL names this machine only with no host or
+    ``localhost`` (``file://evil.example/x`` is no local file to read).
+
+    >>> local_path("file:///data/a%20b.jpg"), local_path("/data/c.jpg")
+    (('/data/a b.jpg', ''), ('/data/c.jpg', ''))
+    >>> local_path("file://127.0.0.1/etc/passwd")
+    (None, "file URL with host '127.0.0.1'")
+    """
+    if not url.lower().startswith("file:"):
+        return url, ""
+    parts = urllib.parse.urlsplit(url)
+    if parts.netloc.lower() not in ("", "localhost"):
+        return None, f"file URL with host {parts.netloc!r}"
+    return urllib.request.url2pathname(parts.path), ""
+
+
+def _under(path: str, directory: str) -> bool:
+    return os.path.commonpath([path, directory]) == directory
+
+
+def read_file(
+    url: str, settings: FetchSettings, clock: Callable[[], float] = time.monotonic
+) -> Attempt:
+    """A local file, only where ``settings.allow_local_files`` allows it: a
+    regular file (not a FIFO, a device or a directory) under one of those
+    directories once symbolic links are resolved, read with the size cap and
+    the total timeout of an HTTP body. Anything else is ``local_file``."""
+    if not settings.allow_local_files:
+        return Attempt(reason="local_file", detail="local files are off (--allow-local-files DIR)")
+    path, why = local_path(url)
+    if path is None:
+        return Attempt(reason="local_file", detail=why)
+    real = os.path.realpath(path)
+    if not any(_under(real, directory) for directory in settings.allow_local_files):
+        return Attempt(reason="local_file", detail=f"{real} is outside --allow-local-files")
+    deadline = clock() + settings.total_timeout
     try:
-        size = os.path.getsize(path)
-        if size > settings.max_bytes:
-            return Attempt(reason="too_large", detail=f"{size} bytes")
-        with open(path, "rb") as handle:
-            return Attempt(data=handle.read())
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; O_NOFOLLOW: the
+        # last component cannot have become a link since it was resolved
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+        descriptor = os.open(real, flags | getattr(os, "O_BINARY", 0))
     except FileNotFoundError:
         return Attempt(reason="file_not_found")
     except OSError as exc:
-        return Attempt(reason="file_error", detail=str(exc))
+        return Attempt(reason="file_error", detail=f"{real}: {exc.strerror or exc}")
+    status = os.fstat(descriptor)
+    if not stat.S_ISREG(status.st_mode):
+        os.close(descriptor)
+        return Attempt(reason="local_file", detail=f"{real} is not a regular file")
+    if status.st_size > settings.max_bytes:
+        os.close(descriptor)
+        return Attempt(reason="too_large", detail=f"{status.st_size} bytes")
+    body = bytearray()
+    with os.fdopen(descriptor, "rb", buffering=0) as handle:
+        try:
+            while chunk := handle.read(65536):
+                body += chunk
+                if len(body) > settings.max_bytes:  # the file grew while being read
+                    return Attempt(reason="too_large", detail=f"over {settings.max_bytes} bytes")
+                if clock() > deadline:
+                    return Attempt(
+                        reason="timeout", detail=f"over {settings.total_timeout}s in total"
+                    )
+        except OSError as exc:
+            return Attempt(reason="file_error", detail=f"{real}: {exc.strerror or exc}")
+    return Attempt(data=bytes(body))
 
 
 def http_attempt(
@@ -132,9 +185,10 @@ def http_attempt(
         addresses = dns.resolve(host, port)
     except (socket.gaierror, UnicodeError, OSError) as exc:
         return Attempt(reason="dns_error", detail=str(exc))
-    blocked = [a for a in addresses if not address_allowed(a, settings)]
-    if blocked:
-        return Attempt(reason="blocked_address", detail=blocked[0])
+    for address in addresses:  # one refused address refuses the host: DNS picks which we get
+        why = refusal(address, settings)
+        if why:
+            return Attempt(reason="blocked_address", detail=f"{why} ({address})")
     key = (parts.scheme, host, port, addresses[0])
     target = urllib.parse.quote(
         (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), safe=_URL_SAFE
@@ -239,10 +293,11 @@ def attempt(
     dns: DnsCache,
     clock: Callable[[], float] = time.monotonic,
 ) -> Attempt:
-    """One attempt at ``url``: http(s), a ``file:`` URL or a plain local path.
+    """One attempt at ``url``: http(s), a ``file:`` URL or a plain local path
+    (local files only where :func:`read_file` allows them).
 
-    >>> attempt("gopher://example.com/x", FetchSettings(), ConnectionPool(1), DnsCache()).reason
-    'bad_scheme'
+        >>> attempt("gopher://example.com/x", FetchSettings(), ConnectionPool(1), DnsCache()).reason
+        'bad_scheme'
     """
     try:
         parts = urllib.parse.urlsplit(url)
@@ -254,5 +309,5 @@ def attempt(
             return Attempt(reason="bad_url", detail="no host")
         return http_attempt(url, settings, pool, dns, clock)
     if scheme == "file" or (scheme == "" and url.startswith("/")):
-        return read_file(url, settings)
+        return read_file(url, settings, clock)
     return Attempt(reason="bad_scheme", detail=scheme or "no scheme")

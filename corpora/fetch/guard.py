@@ -3,28 +3,43 @@
 A host that resolves to a loopback, private, link-local (the cloud metadata
 address 169.254.169.254 among them), multicast or reserved address is refused
 unless ``allow_private_urls`` is set, or the address is inside one of
-``allow_networks``. The guard judges addresses, not names: the connection then
-goes to the address that was judged (:mod:`corpora.fetch.connections`), so a
-DNS answer that changes between the check and the connect cannot slip past it.
+``allow_networks``; an IPv6 address that wraps an IPv4 one (NAT64, 6to4,
+Teredo, IPv4-compatible or mapped) is judged by the IPv4 address inside. The
+decision is :func:`corpora.addresses.refusal`'s, whose tables do not change
+with the Python version. The guard judges addresses, not names: the
+connection then goes to the address that was judged
+(:mod:`corpora.fetch.connections`), so a DNS answer that changes between the
+check and the connect cannot slip past it.
 """
 
 from __future__ import annotations
 
-import ipaddress
-
+from corpora import addresses
 from corpora.fetch.settings import FetchSettings
 
 
-def address_is_public(address: str) -> bool:
-    """A global unicast address (an IPv4-mapped IPv6 address is judged as IPv4).
+def refusal(address: str, settings: FetchSettings) -> str | None:
+    """``None`` when the fetch may connect to ``address``, else why not (the
+    detail of a ``blocked_address``).
 
-    >>> [address_is_public(a) for a in ("93.184.216.34", "::ffff:127.0.0.1", "224.0.0.1")]
+    >>> s = FetchSettings()
+    >>> [refusal(a, s) for a in ("93.184.216.34", "169.254.169.254", "64:ff9b::a01:203")]
+    [None, 'link_local', 'private 10.1.2.3 inside NAT64']
+    >>> refusal("10.1.2.3", FetchSettings(allow_networks=("10.0.0.0/8",))) is None
+    True
+    """
+    return addresses.refusal(
+        address, allow_private=settings.allow_private_urls, allow_networks=settings.allow_networks
+    )
+
+
+def address_is_public(address: str) -> bool:
+    """A global unicast address, judged through any IPv4 address it wraps.
+
+    >>> [address_is_public(a) for a in ("93.184.216.34", "::ffff:127.0.0.1", "2002:7f00:1::")]
     [True, False, False]
     """
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
+    return addresses.refusal(address) is None
 
 
 def address_allowed(address: str, settings: FetchSettings) -> bool:
@@ -37,7 +52,4 @@ def address_allowed(address: str, settings: FetchSettings) -> bool:
     >>> address_allowed("10.1.2.3", FetchSettings(allow_networks=("10.0.0.0/8",)))
     True
     """
-    if settings.allow_private_urls or address_is_public(address):
-        return True
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    return any(ip in ipaddress.ip_network(n, strict=False) for n in settings.allow_networks)
+    return refusal(address, settings) is None

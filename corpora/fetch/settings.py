@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import os
 import re
 
 USER_AGENT = "corpora/0.1 (+https://github.com/corpora-dev/corpora; multimodal corpus builder)"
@@ -33,6 +34,7 @@ REASONS = (
     "too_many_pixels",
     "image_too_small",
     "aspect_ratio_above_max",
+    "local_file",
     "file_not_found",
     "file_error",
 )
@@ -68,6 +70,9 @@ class FetchSettings:
     allow_private_urls: bool = False
     # CIDRs let through the address guard, e.g. an internal mirror
     allow_networks: tuple[str, ...] = ()
+    # directories (absolute, links resolved) whose regular files a file:// URL or a
+    # plain path may name; empty: every local file is refused as local_file
+    allow_local_files: tuple[str, ...] = ()
     user_agent: str = USER_AGENT
     concurrency: int = 64
     max_attempts: int = 3
@@ -102,6 +107,9 @@ class FetchSettings:
                 )
         if self.max_aspect_ratio < 1:
             raise ValueError(f"max aspect ratio must be at least 1, got {self.max_aspect_ratio}")
+        for directory in self.allow_local_files:
+            if not os.path.isabs(directory):
+                raise ValueError(f"--allow-local-files needs an absolute path, got {directory!r}")
         for network in self.allow_networks:
             try:
                 ipaddress.ip_network(network, strict=False)

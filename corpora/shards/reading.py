@@ -24,6 +24,7 @@ import io
 import json
 import os
 import tarfile
+import zlib
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -116,15 +117,45 @@ def load_manifest(location: str) -> dict[str, Any]:
         return json.loads(stream.read())
 
 
-def shard_urls(location: str, manifest: dict[str, Any] | None = None) -> list[str]:
-    """The URLs of a build's shards, in order."""
-    manifest = manifest if manifest is not None else load_manifest(location)
-    return [_join(location, shard["path"]) for shard in manifest["shards"]]
-
-
 class BuildInputError(ValueError):
-    """A path that is not a build, its manifest or one of its shards; the
-    message is one line for the user."""
+    """A path that is not a build, its manifest or one of its shards, or a
+    shard that does not match its manifest; the message is one line for the user."""
+
+
+def shard_url(location: str, path: Any) -> str:
+    """The URL of the shard a manifest lists as ``path``, in the build at
+    ``location``. A build writes its shards beside its manifest, so ``path``
+    is a file name; anything that leads elsewhere (``..``, an absolute path,
+    a URL, a folder, a link out of the build) is refused with
+    :class:`BuildInputError`.
+
+    >>> shard_url("out", "coyo-000000.tar")
+    'out/coyo-000000.tar'
+    >>> shard_url("out", "../../etc/passwd")
+    Traceback (most recent call last):
+    ...
+    corpora.shards.reading.BuildInputError: shard path outside the build: '../../etc/passwd' in out
+    """
+    plain = (
+        isinstance(path, str)
+        and path not in ("", ".", "..")
+        and not any(mark in path for mark in ("/", "\\", ":", "\0"))  # folders, drives, URLs
+    )
+    if not plain:
+        raise BuildInputError(f"shard path outside the build: {path!r} in {location}")
+    url = _join(location, path)
+    local = location[len("file://") :] if location.startswith("file://") else location
+    if "://" not in local and os.path.islink(os.path.join(local, path)):
+        inside = os.path.realpath(os.path.join(local, path))
+        if os.path.dirname(inside) != os.path.realpath(local):
+            raise BuildInputError(f"shard path outside the build: {path!r} in {location} (a link)")
+    return url
+
+
+def shard_urls(location: str, manifest: dict[str, Any] | None = None) -> list[str]:
+    """The URLs of a build's shards, in order (:func:`shard_url`)."""
+    manifest = manifest if manifest is not None else load_manifest(location)
+    return [shard_url(location, shard["path"]) for shard in manifest["shards"]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,14 +169,39 @@ class BuildFiles:
 
 
 _MANIFEST_KEYS = ("image_token_id", "bos_id", "eos_id", "tokens_per_image")
+_SHARD_KEYS = {"path": str, "samples": int, "bytes": int, "sha256": str}
 
 
-def locate(path: str, need_manifest: bool = True) -> BuildFiles:
+def _check_manifest(manifest: Any) -> None:
+    """Raise ``ValueError`` naming the first field of a manifest whose type is wrong."""
+    if not isinstance(manifest, dict):
+        raise ValueError("not a JSON object")
+    for key in _MANIFEST_KEYS:
+        if type(manifest.get(key)) is not int:
+            raise ValueError(f"{key} is {manifest.get(key)!r}, not an integer")
+    tokenizer = manifest.get("tokenizer")
+    if tokenizer is not None and not (
+        isinstance(tokenizer, dict) and isinstance(tokenizer.get("path", ""), (str, type(None)))
+    ):
+        raise ValueError(f"tokenizer is {tokenizer!r}")
+    if not isinstance(manifest.get("shards"), list):
+        raise ValueError(f"shards is {manifest.get('shards')!r}, not a list")
+    for number, shard in enumerate(manifest["shards"]):
+        if not isinstance(shard, dict):
+            raise ValueError(f"shard {number} is {shard!r}")
+        for key, kind in _SHARD_KEYS.items():
+            if type(shard.get(key)) is not kind:
+                raise ValueError(f"shard {number}'s {key} is {shard.get(key)!r}")
+
+
+def locate(path: str, need_manifest: bool = True, verify: bool = False) -> BuildFiles:
     """The manifest and shards of a build directory, a ``manifest.json``, or one
     shard (whose build's manifest sits beside it, if ``need_manifest``).
 
     Raises :class:`BuildInputError` for a path that is none of these, a manifest
-    that is not a corpora manifest, or a listed shard that is missing.
+    that is not a corpora manifest (a field of the wrong type among them), a
+    listed shard that is missing or outside the build, and, with ``verify``,
+    a shard that does not match its manifest entry (:func:`check_shard`).
     """
     if os.path.isdir(path):
         manifest_path, given = os.path.join(path, MANIFEST), None
@@ -161,20 +217,38 @@ def locate(path: str, need_manifest: bool = True) -> BuildFiles:
         raise BuildInputError(f"no {MANIFEST} in {os.path.dirname(manifest_path) or '.'}")
     try:
         manifest = load_manifest(manifest_path)
-        if not isinstance(manifest, dict):
-            raise ValueError("not a JSON object")
-        for key in _MANIFEST_KEYS:
-            int(manifest[key])
-        listed = [shard["path"] for shard in manifest["shards"]]
+        _check_manifest(manifest)
     except (ValueError, KeyError, TypeError) as exc:
         raise BuildInputError(f"not a corpora manifest: {manifest_path} ({exc})") from None
+    listed = [shard["path"] for shard in manifest["shards"]]
     if given is not None:
-        return BuildFiles(manifest, [given], whole=[os.path.basename(given)] == listed)
-    shards = shard_urls(os.path.dirname(os.path.abspath(manifest_path)), manifest)
-    for shard in shards:
-        if not os.path.isfile(shard):
-            raise BuildInputError(f"shard listed in the manifest is missing: {shard}")
-    return BuildFiles(manifest, shards, whole=True)
+        build = BuildFiles(manifest, [given], whole=[os.path.basename(given)] == listed)
+    else:
+        shards = shard_urls(os.path.dirname(os.path.abspath(manifest_path)), manifest)
+        for shard in shards:
+            if not os.path.isfile(shard):
+                raise BuildInputError(f"shard listed in the manifest is missing: {shard}")
+        build = BuildFiles(manifest, shards, whole=True)
+    if verify:
+        for shard in build.shards:
+            check_shard(shard, manifest)
+    return build
+
+
+def check_shard(url: str, manifest: dict[str, Any]) -> None:
+    """Check the shard at ``url`` against its entry in ``manifest`` (size, then
+    sha256 and sample count: :func:`verify_shard`); :class:`BuildInputError`
+    in one line naming the shard, also for a shard the manifest does not list."""
+    name = url.rsplit("/", 1)[-1]
+    entry = next((s for s in manifest["shards"] if s["path"] == name), None)
+    if entry is None:
+        raise BuildInputError(f"{url} is not listed in its build's {MANIFEST}")
+    try:
+        verify_shard(url, entry)
+    except ShardMismatch as exc:
+        raise BuildInputError(f"shard does not match the manifest: {exc}") from None
+    except OSError as exc:
+        raise BuildInputError(f"unreadable shard {url}: {exc}") from None
 
 
 def _decode_image(data: bytes):
@@ -190,6 +264,10 @@ def to_sample(raw: dict[str, Any], url: str, decode_images: bool = True) -> Samp
     if missing:
         raise ValueError(f"{url}: sample {raw['__key__']} has no {', '.join(missing)}")
     images = raw["images"]
+    described = raw.get("json", {})
+    documents = described.get("documents", []) if isinstance(described, dict) else None
+    if not isinstance(documents, list) or not all(isinstance(d, dict) for d in documents):
+        raise ValueError(f"{url}: sample {raw['__key__']} has no list of documents in its json")
     return Sample(
         key=raw["__key__"],
         url=url,
@@ -197,7 +275,7 @@ def to_sample(raw: dict[str, Any], url: str, decode_images: bool = True) -> Samp
         segment_ids=raw["segment_ids"],
         positions=raw["positions"],
         images=[_decode_image(data) for data in images] if decode_images else list(images),
-        documents=list(raw.get("json", {}).get("documents", [])),
+        documents=list(documents),
     )
 
 
@@ -213,6 +291,7 @@ class _Hashing(io.RawIOBase):
     def __init__(self, stream: BinaryIO):
         self._stream = stream
         self.sha256 = hashlib.sha256()
+        self.size = 0
 
     def readable(self) -> bool:
         return True
@@ -221,35 +300,62 @@ class _Hashing(io.RawIOBase):
         data = self._stream.read(len(buffer))
         buffer[: len(data)] = data
         self.sha256.update(data)
+        self.size += len(data)
         return len(data)
 
 
+def _local_size(url: str) -> int | None:
+    path = url[len("file://") :] if url.startswith("file://") else url
+    return os.path.getsize(path) if "://" not in path else None
+
+
 def verify_shard(url: str, entry: dict[str, Any]) -> None:
-    """Check a shard against its manifest entry: sample count and sha256.
-    Raises :class:`ShardMismatch` naming the shard and what differs."""
+    """Check a shard against its manifest entry: its size (``bytes``), its
+    sha256 and its sample count, each where the entry gives it. Raises
+    :class:`ShardMismatch` naming the shard and what differs; a shard cut
+    short, at a member boundary or not, differs in size."""
+    expected = entry.get("bytes")
+    size = _local_size(url)
+    if expected is not None and size is not None and size != expected:  # without reading it
+        raise ShardMismatch(f"{url}: {size} bytes, the manifest says {expected}")
     with open_url(url) as stream:
         hashing = _Hashing(stream)
-        count = sum(1 for _ in iter_tar_samples(io.BufferedReader(hashing, 1 << 20)))  # type: ignore[arg-type]
+        try:
+            count: int | None = sum(
+                1
+                for _ in iter_tar_samples(io.BufferedReader(hashing, 1 << 20))  # type: ignore[arg-type]
+            )
+            problem = None
+        except (tarfile.TarError, ValueError, EOFError, zlib.error) as exc:
+            count, problem = None, exc
         while hashing.readinto(bytearray(1 << 20)):  # tar padding after the last member
             pass
-    if count != entry["samples"]:
-        raise ShardMismatch(f"{url}: {count} samples, the manifest says {entry['samples']}")
+    if expected is not None and hashing.size != expected:
+        raise ShardMismatch(f"{url}: {hashing.size} bytes, the manifest says {expected}")
     digest = hashing.sha256.hexdigest()
-    if digest != entry["sha256"]:
+    if entry.get("sha256") is not None and digest != entry["sha256"]:
         raise ShardMismatch(f"{url}: sha256 {digest}, the manifest says {entry['sha256']}")
+    if problem is not None:
+        raise ShardMismatch(f"{url}: unreadable shard ({problem})")
+    if entry.get("samples") is not None and count != entry["samples"]:
+        raise ShardMismatch(f"{url}: {count} samples, the manifest says {entry['samples']}")
 
 
 def verify_build(location: str) -> list[str]:
     """Check every shard of a build against its manifest; the problems found
-    (missing or mismatched shards), empty when the build is intact."""
+    (missing, mismatched or outside the build), empty when the build is intact."""
     manifest = load_manifest(location)
     problems = []
-    for url, entry in zip(shard_urls(location, manifest), manifest["shards"]):
+    try:
+        urls = shard_urls(location, manifest)
+    except BuildInputError as exc:
+        return [str(exc)]
+    for url, entry in zip(urls, manifest["shards"]):
         try:
             verify_shard(url, entry)
         except (OSError, ShardMismatch) as exc:
             problems.append(str(exc) if isinstance(exc, ShardMismatch) else f"{url}: {exc}")
-        except Exception as exc:  # a truncated or corrupt tar
+        except Exception as exc:  # a manifest entry of the wrong types
             problems.append(f"{url}: unreadable shard ({exc})")
     return problems
 

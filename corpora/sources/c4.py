@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, BinaryIO, Iterator
 
-from corpora.inputs import basename, iter_lines, json_object
+from corpora.inputs import MAX_LINE_BYTES, LongLine, basename, iter_lines, json_object, type_name
 from corpora.record import Document, Drop, TextChunk, stable_id
 from corpora.spec import CorpusSpec
 
@@ -25,8 +25,9 @@ def document_id(url: str) -> str:
     return "c4-" + stable_id(url)
 
 
-def parse_line(raw: bytes, path: str, line: int, corpus: str = "c4") -> Document | Drop:
-    """One C4 JSON line as a text-only record, or why it cannot be used.
+def parse_line(raw: bytes | LongLine, path: str, line: int, corpus: str = "c4") -> Document | Drop:
+    """One C4 JSON line as a text-only record, or why it cannot be used. A
+    field of the wrong type is ``bad_value``: nothing is coerced.
 
     >>> doc = parse_line(b'{"text": "Hi there.", "timestamp": "2019-04-25T12:57:54Z",'
     ...     b' "url": "https://a.example/"}', "c4-train.00000-of-01024.json.gz", 1)
@@ -34,16 +35,22 @@ def parse_line(raw: bytes, path: str, line: int, corpus: str = "c4") -> Document
     (['Hi there.'], '2019-04-25T12:57:54Z')
     >>> parse_line(b'{"text": "", "url": "https://b.example/"}', "c4.json.gz", 2).reason
     'empty_text'
+    >>> parse_line(b'{"text": 5, "url": "https://b.example/"}', "c4.json.gz", 3).detail
+    'text is an integer'
     """
     where = f"{basename(path)}:{line}"
     obj = json_object(raw, where)
     if isinstance(obj, Drop):
         return obj
+    for name in ("url", "text", "timestamp"):
+        value = obj.get(name)
+        if value is not None and not isinstance(value, str):
+            return Drop("bad_value", where, detail=f"{name} is {type_name(value)}")
     url = obj.get("url")
-    if not isinstance(url, str) or not url.strip():
+    if url is None or not url.strip():
         return Drop("missing_url", where)
     body = obj.get("text")
-    if not isinstance(body, str):
+    if body is None:
         return Drop("missing_text", where, url=url)
     if not body.strip():
         return Drop("empty_text", where, url=url)
@@ -54,15 +61,17 @@ def parse_line(raw: bytes, path: str, line: int, corpus: str = "c4") -> Document
         chunks=(TextChunk(body),),
         source_url=url,
         meta={
-            "timestamp": timestamp if isinstance(timestamp, str) else None,
+            "timestamp": timestamp,
             "source_file": basename(path),
             "line": line,
         },
     )
 
 
-def read(stream: BinaryIO, path: str, corpus: str = "c4") -> Iterator[Document | Drop]:
-    for line, raw in iter_lines(stream, path):
+def read(
+    stream: BinaryIO, path: str, corpus: str = "c4", max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[Document | Drop]:
+    for line, raw in iter_lines(stream, path, max_line_bytes):
         yield parse_line(raw, path, line, corpus)
 
 
@@ -70,7 +79,7 @@ def read(stream: BinaryIO, path: str, corpus: str = "c4") -> Iterator[Document |
 
 
 def read_records(stream: BinaryIO, path: str, settings: BuildSettings) -> Iterator[Document | Drop]:
-    return read(stream, path, settings.corpus)
+    return read(stream, path, settings.corpus, settings.max_line_bytes)
 
 
 SPECS = (

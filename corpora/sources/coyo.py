@@ -16,7 +16,7 @@ import math
 from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Mapping
 
 from corpora import filters
-from corpora.inputs import InputError, _seekable, basename
+from corpora.inputs import InputError, _seekable, basename, type_name
 from corpora.record import Document, Drop, ImageChunk, TextChunk
 from corpora.spec import CLIP_PAIRS, CorpusSpec, Option, in_range, zero_is_off
 
@@ -74,31 +74,85 @@ def _open(stream: BinaryIO, path: str):
         raise InputError(f"{path}: not a parquet file ({str(exc).splitlines()[0]})") from None
 
 
-def check(stream: BinaryIO, path: str, required: Iterable[str] = REQUIRED) -> None:
-    """Raise :class:`InputError` naming the file and the first required column it lacks."""
-    names = set(_open(stream, path).schema_arrow.names)
+def _compatible(arrow_type, upstream: str) -> bool:
+    """Can a column of ``arrow_type`` stand for COYO's ``upstream`` type? Any
+    integer width for an integer, any float width for a float, a string for a
+    string; a column of nulls is missing values, not a wrong type."""
+    import pyarrow as pa
+
+    if pa.types.is_null(arrow_type):
+        return True
+    if upstream in ("int64", "int32"):
+        return pa.types.is_integer(arrow_type)
+    if upstream == "float":
+        return pa.types.is_floating(arrow_type)
+    return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+
+
+def check_schema(schema, path: str, required: Iterable[str] = REQUIRED) -> None:
+    """Raise :class:`InputError` naming the file and the first required column
+    it lacks, or the first COYO column whose type is not COYO's."""
+    names = set(schema.names)
     for column in required:
         if column not in names:
             raise InputError(
                 f"{path}: missing column {column!r} (COYO-700M parquet has: {', '.join(COLUMNS)})"
             )
+    for column in COLUMNS:
+        if column in names and not _compatible(schema.field(column).type, SCHEMA[column]):
+            raise InputError(
+                f"{path}: column {column!r} is {schema.field(column).type}, "
+                f"expected {SCHEMA[column]} (COYO-700M's type)"
+            )
+
+
+def check(stream: BinaryIO, path: str, required: Iterable[str] = REQUIRED) -> None:
+    """Raise :class:`InputError` naming the file and the first required column
+    it lacks, or a column of the wrong type (:func:`check_schema`)."""
+    check_schema(_open(stream, path).schema_arrow, path, required)
 
 
 def record_id(coyo_id: int) -> str:
     return f"coyo-{coyo_id}"
 
 
-def _number(value: Any) -> float | int | None:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+class _BadValue(ValueError):
+    def __init__(self, detail: str, reason: str = "bad_value"):
+        super().__init__(detail)
+        self.reason = reason
+
+
+def _value(value: Any, column: str) -> Any:
+    """A cell of one of COYO's other columns as the meta keeps it: a string,
+    an integer or a finite number of the column's type, or ``None``."""
+    if value is None:
         return None
-    return value
+    kind = SCHEMA[column]
+    if kind == "string":
+        if isinstance(value, bytes):
+            try:
+                return value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise _BadValue(f"{column} is not valid UTF-8", "not_utf8") from None
+        if isinstance(value, str):
+            return value
+    elif kind == "float":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if math.isfinite(value):
+                return value
+            raise _BadValue(f"{column} is {type_name(float(value))}")
+    elif isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise _BadValue(f"{column} is {type_name(value)}, expected {kind}")
 
 
 def parse_row(row: dict[str, Any], where: str, corpus: str = "coyo") -> Document | Drop:
     """One COYO row as an ``[image, alt-text]`` record, or why it cannot be used.
 
     ``url`` and ``text`` arrive as raw bytes so that one row that is not UTF-8
-    is dropped (``not_utf8``) without failing its file.
+    is dropped (``not_utf8``) without failing its file. A value of the wrong
+    type, or a score that is not finite, drops the row as ``bad_value``:
+    nothing is coerced.
 
     >>> doc = parse_row({"id": 7, "url": b"https://a.example/1.jpg", "text": b"The Gate",
     ...                  "width": 600, "height": 347, "clip_similarity_vitb32": 0.25},
@@ -108,19 +162,28 @@ def parse_row(row: dict[str, Any], where: str, corpus: str = "coyo") -> Document
     >>> parse_row({"id": 8, "url": b"https://a.example/2.jpg", "text": b"  "},
     ...           "part-0.parquet:2").reason
     'empty_text'
+    >>> drop = parse_row({"id": 9, "url": b"https://a.example/3.jpg", "text": b"A",
+    ...                   "watermark_score": float("nan")}, "part-0.parquet:3")
+    >>> drop.reason, drop.detail
+    ('bad_value', 'watermark_score is NaN')
     """
     coyo_id = row.get("id")
     if coyo_id is None:
         return Drop("missing_id", where)
+    if isinstance(coyo_id, bool) or not isinstance(coyo_id, int):
+        return Drop("bad_value", where, detail=f"id is {type_name(coyo_id)}, expected int64")
     rid = record_id(coyo_id)
     decoded = {}
     for column in ("url", "text"):
         raw = row.get(column)
         if raw is None:
             return Drop(f"missing_{column}", rid)
+        if not isinstance(raw, (bytes, str)):
+            return Drop("bad_value", rid, detail=f"{column} is {type_name(raw)}, expected string")
         try:
-            decoded[column] = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
-        except UnicodeDecodeError:
+            decoded[column] = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+            decoded[column].encode("utf-8")  # a str may hold lone surrogates
+        except UnicodeError:
             return Drop("not_utf8", rid, detail=f"{column} is not valid UTF-8")
     url, text = decoded["url"].strip(), decoded["text"].strip()
     if not url:
@@ -128,12 +191,12 @@ def parse_row(row: dict[str, Any], where: str, corpus: str = "coyo") -> Document
     if not text:
         return Drop("empty_text", rid, url=url)
     meta: dict[str, Any] = {"coyo_id": coyo_id, "source": where}
-    for column in COLUMNS[3:]:
-        if column in row:
-            value = row[column]
-            meta[column] = (
-                value.decode("utf-8", "replace") if isinstance(value, bytes) else _number(value)
-            )
+    try:
+        for column in COLUMNS[3:]:
+            if column in row:
+                meta[column] = _value(row[column], column)
+    except _BadValue as exc:
+        return Drop(exc.reason, rid, detail=str(exc), url=url)
     scores = {c: float(meta[c]) for c in SCORES if meta.get(c) is not None}
     return Document(
         id=rid,
@@ -156,11 +219,7 @@ def read(
 
     parquet = _open(stream, path)
     names = parquet.schema_arrow.names
-    for column in required:
-        if column not in names:
-            raise InputError(
-                f"{path}: missing column {column!r} (COYO-700M parquet has: {', '.join(COLUMNS)})"
-            )
+    check_schema(parquet.schema_arrow, path, required)
     columns = [c for c in COLUMNS if c in names]
     name = basename(path)
     row_number = 0

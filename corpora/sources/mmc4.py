@@ -15,10 +15,18 @@ A line is parsed into an :class:`Mmc4Document`; a layout (see
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import TYPE_CHECKING, Any, BinaryIO, Iterator
 
 from corpora import filters, layouts
-from corpora.inputs import basename, iter_lines, json_object
+from corpora.inputs import (
+    LongLine,
+    basename,
+    iter_lines,
+    json_object,
+    non_finite,
+    type_name,
+)
 from corpora.record import Document, Drop, stable_id
 from corpora.spec import CLIP_DOCUMENTS, CLIP_PAIRS, CorpusSpec, Option, in_range, zero_is_off
 
@@ -52,39 +60,76 @@ def document_id(path: str, line: int, url: str) -> str:
     return "mmc4-" + stable_id(basename(path), line, url)
 
 
-def _as_int(value: Any) -> int | None:
-    if isinstance(value, bool):
+class _BadValue(ValueError):
+    """A field holds a value of the wrong type, or a number that is not finite."""
+
+
+def _integer(value: Any, name: str) -> int | None:
+    if value is None:
         return None
-    if isinstance(value, int):
-        return value
     if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
+        return int(value)  # 3.0 is written by some JSON tools for 3
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _BadValue(f"{name} is {type_name(value)}")
+    return value
 
 
-def _as_float(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+def _number(value: Any, name: str) -> float | None:
+    if value is None:
         return None
-    return float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _BadValue(f"{name} is {type_name(value)}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise _BadValue(f"{name} is {type_name(number)}")
+    return number
+
+
+def _string(value: Any, name: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise _BadValue(f"{name} is {type_name(value)}")
+    return value
 
 
 def _as_matrix(value: Any) -> tuple[tuple[float, ...], ...] | None:
-    """A list of equal-length lists of numbers, else ``None`` (never raises)."""
+    """A list of equal-length lists of finite numbers, else ``None`` (never
+    raises): only ``--reassign`` reads the matrix, and it drops a document
+    without a usable one as ``bad_similarity_matrix``."""
     if not isinstance(value, list) or not all(isinstance(row, list) for row in value):
         return None
     rows = []
     for row in value:
-        numbers = [_as_float(v) for v in row]
-        if any(v is None for v in numbers):
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in row):
             return None
-        rows.append(tuple(numbers))
+        numbers = tuple(float(v) for v in row)
+        if not all(math.isfinite(v) for v in numbers):
+            return None
+        rows.append(numbers)
     if len({len(row) for row in rows}) > 1:
         return None
-    return tuple(rows)  # type: ignore[arg-type]
+    return tuple(rows)
 
 
-def parse_line(raw: bytes, path: str, line: int) -> Mmc4Document | Drop:
-    """Parse one MMC4 JSON line, or say why it cannot be used.
+def _image(info: Any, index: int) -> Mmc4Image:
+    name = f"image_info[{index}]"
+    if not isinstance(info, dict):
+        raise _BadValue(f"{name} is {type_name(info)}")
+    faces = info.get("face_detections")
+    if non_finite(faces):
+        raise _BadValue(f"{name}.face_detections holds a number that is not finite")
+    return Mmc4Image(
+        raw_url=_string(info.get("raw_url"), f"{name}.raw_url") or "",
+        matched_text_index=_integer(info.get("matched_text_index"), f"{name}.matched_text_index"),
+        matched_sim=_number(info.get("matched_sim"), f"{name}.matched_sim"),
+        image_name=_string(info.get("image_name"), f"{name}.image_name"),
+        face_detections=faces,
+    )
+
+
+def parse_line(raw: bytes | LongLine, path: str, line: int) -> Mmc4Document | Drop:
+    """Parse one MMC4 JSON line, or say why it cannot be used. A field of the
+    wrong type, or a number that is not finite, drops the document as
+    ``bad_value``: nothing is coerced.
 
     >>> doc = parse_line(b'{"url": "http://a", "text_list": ["hi"], '
     ...     b'"image_info": [{"raw_url": "http://a/1.jpg", "matched_text_index": 0,'
@@ -93,38 +138,43 @@ def parse_line(raw: bytes, path: str, line: int) -> Mmc4Document | Drop:
     (('hi',), 0)
     >>> parse_line(b'{"url": "http://a"}', "docs.jsonl", 2).reason
     'missing_text_list'
+    >>> parse_line(b'{"text_list": ["hi"], "image_info": [{"matched_sim": NaN}]}',
+    ...            "docs.jsonl", 3).detail
+    'image_info[0].matched_sim is NaN'
     """
     where = f"{basename(path)}:{line}"
     obj = json_object(raw, where)
     if isinstance(obj, Drop):
         return obj
     text_list = obj.get("text_list")
-    if not isinstance(text_list, list):
+    if text_list is None:
         return Drop("missing_text_list", where)
     image_info = obj.get("image_info")
-    if not isinstance(image_info, list):
-        return Drop("missing_image_info", where)
-    url = obj.get("url") if isinstance(obj.get("url"), str) else ""
-    images = []
-    for info in image_info:
-        info = info if isinstance(info, dict) else {}
-        images.append(
-            Mmc4Image(
-                raw_url=info.get("raw_url") if isinstance(info.get("raw_url"), str) else "",
-                matched_text_index=_as_int(info.get("matched_text_index")),
-                matched_sim=_as_float(info.get("matched_sim")),
-                image_name=info.get("image_name"),
-                face_detections=info.get("face_detections"),
-            )
+    try:
+        if not isinstance(text_list, list):
+            raise _BadValue(f"text_list is {type_name(text_list)}")
+        if image_info is None:
+            return Drop("missing_image_info", where)
+        if not isinstance(image_info, list):
+            raise _BadValue(f"image_info is {type_name(image_info)}")
+        url = _string(obj.get("url"), "url") or ""
+        texts = tuple(_string(t, f"text_list[{i}]") or "" for i, t in enumerate(text_list))
+        images = tuple(_image(info, index) for index, info in enumerate(image_info))
+        duplicate = obj.get("could_have_url_duplicate")
+        duplicate = (
+            int(duplicate)  # 0/1 upstream; true/false mean the same
+            if isinstance(duplicate, bool)
+            else _integer(duplicate, "could_have_url_duplicate")
         )
-    similarity = _as_matrix(obj.get("similarity_matrix"))
+    except _BadValue as exc:
+        return Drop("bad_value", where, detail=str(exc))
     return Mmc4Document(
         id=document_id(path, line, url),
         url=url,
-        text_list=tuple(t if isinstance(t, str) else "" for t in text_list),
-        images=tuple(images),
-        similarity_matrix=similarity,
-        could_have_url_duplicate=_as_int(obj.get("could_have_url_duplicate")),
+        text_list=texts,
+        images=images,
+        similarity_matrix=_as_matrix(obj.get("similarity_matrix")),
+        could_have_url_duplicate=duplicate,
         source_file=basename(path),
         line=line,
     )
@@ -173,7 +223,7 @@ def reassign(doc: Mmc4Document) -> Mmc4Document | Drop:
 
 def read_pairs(stream: BinaryIO, path: str, settings: BuildSettings) -> Iterator[Document | Drop]:
     """One record per image of each MMC4 document (``mmc4-pairs``)."""
-    for line_number, raw in iter_lines(stream, path):
+    for line_number, raw in iter_lines(stream, path, settings.max_line_bytes):
         parsed = parse_line(raw, path, line_number)
         if not isinstance(parsed, Drop) and settings.corpus_options.get("reassign"):
             parsed = reassign(parsed)
@@ -188,7 +238,7 @@ def read_documents(
 ) -> Iterator[Document | Drop]:
     """One record per MMC4 document (``mmc4``, ``mmc4-reordered``)."""
     reassigned = bool(settings.corpus_options.get("reassign"))
-    for line_number, raw in iter_lines(stream, path):
+    for line_number, raw in iter_lines(stream, path, settings.max_line_bytes):
         parsed = parse_line(raw, path, line_number)
         yield (
             parsed

@@ -19,7 +19,8 @@ import io
 from typing import TYPE_CHECKING, BinaryIO, Iterator, Mapping, Sequence
 
 from corpora import filters
-from corpora.inputs import InputError, basename, decompressed
+from corpora.inputs import MAX_LINE_BYTES, READ_ERRORS, InputError, basename, decompressed
+from corpora.languages import LanguageError, parse_languages
 from corpora.record import Document, Drop, ImageChunk, TextChunk, stable_id
 from corpora.spec import CLIP_PAIRS, CorpusSpec, Option
 
@@ -201,16 +202,45 @@ def column_order(header: list[str] | None, path: str) -> list[int] | None:
     return [header.index(c) for c in COLUMNS]
 
 
-def check(stream: BinaryIO, path: str) -> None:
+def check(stream: BinaryIO, path: str, max_line_bytes: int = MAX_LINE_BYTES) -> None:
     """Raise :class:`InputError` naming the file unless it starts with WIT's header."""
     _prepare_csv()
-    text = io.TextIOWrapper(
-        decompressed(stream, path), encoding="utf-8", errors="replace", newline=""
-    )
     try:
-        column_order(next(csv.reader(text, delimiter="\t"), None), path)
-    except (OSError, EOFError, csv.Error) as exc:
-        raise InputError(f"{path}: {exc}") from exc
+        text = io.TextIOWrapper(
+            decompressed(stream, path), encoding="utf-8-sig", errors="replace", newline=""
+        )
+        lines = _capped_lines(text, max_line_bytes, [0])
+        column_order(next(csv.reader(lines, delimiter="\t"), None), path)
+    except _LongLine as long:
+        raise InputError(f"{path}: not a WIT file: a first line of {long.length} characters")
+    except (*READ_ERRORS, csv.Error) as exc:
+        raise InputError(f"{path}: {' '.join(str(exc).split())}") from None
+
+
+class _LongLine(Exception):
+    """A physical line over the cap, read past (never held whole)."""
+
+    def __init__(self, length: int):
+        super().__init__(length)
+        self.length = length
+
+
+def _capped_lines(text: io.TextIOBase, limit: int, count: list[int]) -> Iterator[str]:
+    """The physical lines of ``text`` for the csv reader, counted in
+    ``count[0]``; a line longer than ``limit`` characters is read past in
+    pieces and raises :class:`_LongLine`, which ends this iterator."""
+    while True:
+        line = text.readline(limit + 2)  # +2: the longest line allowed and its \r\n
+        if not line:
+            return
+        count[0] += 1
+        if len(line) == limit + 2 and line[-1] not in "\r\n":
+            length = len(line)
+            while line and line[-1] not in "\r\n":
+                line = text.readline(1 << 20)
+                length += len(line)
+            raise _LongLine(length)
+        yield line
 
 
 def _prepare_csv() -> None:
@@ -224,22 +254,32 @@ def read(
     caption: str = "reference",
     with_context: bool = False,
     corpus: str = "wit",
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> Iterator[Document | Drop]:
     """The records of one WIT file.
 
     Bytes that are not UTF-8 are kept as lone surrogates while the row is
-    split, so that only the row holding them is dropped (``not_utf8``).
+    split, so that only the row holding them is dropped (``not_utf8``). A
+    byte-order mark before the header is removed. A physical line longer
+    than ``max_line_bytes`` (counted in characters) is dropped as
+    ``line_too_long`` without being held whole, and reading starts afresh on
+    the next line (the rest of a quoted field it cut reads as rows of its own,
+    each dropped with its reason).
     """
     _prepare_csv()
-    text = io.TextIOWrapper(
-        decompressed(stream, path), encoding="utf-8", errors="surrogateescape", newline=""
-    )
-    reader = csv.reader(text, delimiter="\t")
     name = basename(path)
     try:
-        order = column_order(next(reader, None), path)
+        text = io.TextIOWrapper(
+            decompressed(stream, path), encoding="utf-8-sig", errors="surrogateescape", newline=""
+        )
+        count = [0]  # physical lines read, the header's included
+        reader = csv.reader(_capped_lines(text, max_line_bytes, count), delimiter="\t")
+        try:
+            order = column_order(next(reader, None), path)
+        except _LongLine as long:
+            raise InputError(f"{path}: not a WIT file: a first line of {long.length} characters")
         while True:
-            line = reader.line_num + 1
+            line = count[0] + 1
             try:
                 values = next(reader)
             except StopIteration:
@@ -247,13 +287,21 @@ def read(
             except csv.Error as exc:
                 yield Drop("bad_row", f"{name}:{line}", detail=str(exc))
                 continue
+            except _LongLine as long:
+                yield Drop(
+                    "line_too_long",
+                    f"{name}:{line}",
+                    detail=f"{long.length} characters, over the {max_line_bytes} cap",
+                )
+                reader = csv.reader(_capped_lines(text, max_line_bytes, count), delimiter="\t")
+                continue
             if not any(v.strip() for v in values):
                 continue
             if order is not None and len(values) == len(COLUMNS):
                 values = [values[i] for i in order]
             yield parse_row(values, f"{name}:{line}", caption, with_context, corpus)
-    except (OSError, EOFError) as exc:
-        raise InputError(f"{path}: {exc}") from exc
+    except READ_ERRORS as exc:
+        raise InputError(f"{path}: {' '.join(str(exc).split())}") from None
 
 
 # --- the corpus ----------------------------------------------------------------
@@ -267,23 +315,31 @@ def read_records(stream: BinaryIO, path: str, settings: BuildSettings) -> Iterat
         options.get("caption", "reference"),
         bool(options.get("with_context")),
         settings.corpus,
+        settings.max_line_bytes,
     )
 
 
 def check_input(stream: BinaryIO, path: str, settings: BuildSettings) -> None:
-    check(stream, path)
+    check(stream, path, settings.max_line_bytes)
 
 
 def metadata_filter(doc: Document, settings: BuildSettings) -> Document | Drop:
     return filters.wit_filter(doc, settings.corpus_options)
 
 
-def _named_languages(codes: tuple[str, ...]) -> str | None:
-    return None if any(codes) else "--languages names no language"
+def _known_languages(codes: tuple[str, ...]) -> str | None:
+    """``--languages``: WIT's own codes, in any case (:mod:`corpora.languages`)."""
+    if not any(code.strip() for code in codes):
+        return "--languages names no language"
+    try:
+        parse_languages(",".join(codes))
+    except LanguageError as exc:
+        return f"--languages: {exc}"
+    return None
 
 
 def _language_list(codes: tuple[str, ...]) -> list[str]:
-    return sorted({code for code in codes if code})
+    return list(parse_languages(",".join(codes)))
 
 
 SPECS = (
@@ -305,8 +361,9 @@ SPECS = (
                 "languages",
                 tuple,
                 None,
-                "comma-separated language codes to keep, e.g. en,de.",
-                check=_named_languages,
+                "comma-separated WIT language codes to keep, in any case, e.g. en,de "
+                "(WIT writes iw for Hebrew).",
+                check=_known_languages,
                 store=_language_list,
             ),
             Option(

@@ -243,7 +243,8 @@ def test_missing_input_and_bad_tokenizer_exit_2_with_one_line(tmp_path, tokenize
     assert unreadable.returncode == 2 and "tokenizer not found" in unreadable.stderr
 
 
-def test_a_corrupt_zip_fails_the_build_with_exit_1(tmp_path, tokenizer_path):
+# Issue 16, defect 6: an unreadable input found during the build is one line, exit 2.
+def test_a_corrupt_zip_fails_the_build_with_one_line_and_exit_2(tmp_path, tokenizer_path):
     bad = tmp_path / "docs.jsonl.zip"
     bad.write_bytes(b"this is not a zip")
     result = run_cli(
@@ -258,8 +259,10 @@ def test_a_corrupt_zip_fails_the_build_with_exit_1(tmp_path, tokenizer_path):
         "--workers",
         "1",
     )
-    assert result.returncode == 1
-    assert "not a zip" in result.stderr
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"corpora: {bad}: not a zip file we can read (File is not a zip file)"
+    ]
 
 
 def test_list_names_the_corpus():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 
@@ -11,7 +12,7 @@ import pytest
 
 from corpora import catalog, fetch
 from corpora import settings as build_settings
-from corpora.bundled_sample import materialize_sample
+from corpora.bundled_sample import SAMPLE_IMAGES, materialize_sample
 from tests.clip_model import TINY_NAME, direct_scores, tiny_clip  # noqa: F401
 from tests.helpers import load_manifest, read_tar, run_cli
 
@@ -23,6 +24,9 @@ def sample_pairs_fetched(directory: str) -> dict[str, tuple[bytes, str]]:
     path = materialize_sample(directory)
     settings = build_settings.smoke(
         build_settings.corpus_settings("mmc4-pairs", (path,), directory)
+    )
+    settings = settings.replace(
+        fetch=dataclasses.replace(settings.fetch, allow_local_files=(SAMPLE_IMAGES,))
     )
     with open(path, "rb") as stream:
         records = [

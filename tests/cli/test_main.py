@@ -10,6 +10,7 @@ from cli.main import build, cli
 from corpora import catalog, flags
 from corpora.settings import DEFAULTS
 from pipelines.runners import RUNNER_FLAGS, runner_settings_from_flags
+from tests.helpers import run_cli
 
 COMMAND_ONLY = {"corpus", "beam_args", "overwrite"}  # arguments of the command itself
 
@@ -67,3 +68,22 @@ def test_every_command_has_help():
         assert command.help, name
         if isinstance(command, click.Group):
             assert all(sub.help for sub in command.commands.values())
+
+
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--image-token-id", "1", "image token id 1 is the tokenizer's BOS id"),
+        ("--image-token-id", "4294967296", "image token id 4294967296 does not fit in int32"),
+        ("--pad-id", "-3", "pad id -3 is negative"),
+    ],
+)
+def test_special_ids_are_checked_before_anything_runs(tmp_path, flag, value, message):
+    output = tmp_path / "out"
+    result = run_cli(
+        "build", "c4", "--input", str(tmp_path / "c4.json"), "--output", str(output), flag, value
+    )
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"corpora: {message}")
+    assert not output.exists()  # refused before the output was touched

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from corpora.bundled_sample import materialize_sample
+from corpora.bundled_sample import SAMPLE_IMAGES, materialize_sample
 from tests.helpers import load_manifest, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -63,6 +63,8 @@ def smoke_build(tmp_path, *extra: str, verbose=False, env=None, workers: str = "
         workers,
         "--progress-every",
         "0.001",
+        "--allow-local-files",  # the sample's images are local files
+        SAMPLE_IMAGES,
         *extra,
         env=env,
     )

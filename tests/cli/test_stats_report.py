@@ -13,7 +13,10 @@ import re
 import numpy as np
 import pytest
 
+from corpora.settings import SAMPLE_TOKENIZER
 from tests.browser import Browser
+from tests.corpora.shards.built import write_build
+from tests.corpora.shards.test_reading import cut_at_a_member_boundary
 from tests.fixtures import SENTENCES
 from tests.helpers import REPO, load_manifest, read_tar, run_cli, write_jsonl
 
@@ -393,3 +396,76 @@ def test_the_browser_check_catches_errors_and_network_requests(tmp_path):
     assert "request: http://example.com/x.png" in errors
     assert "console: broken" in errors
     assert any(e.startswith("exception:") for e in errors)
+
+
+# ------------------------------------------------ verified on read (issue 16, defect 5)
+
+
+@pytest.fixture()
+def cut_build(tmp_path) -> tuple[str, str]:
+    """A build whose first shard is cut at a member boundary: it reads as a valid tar."""
+    build = write_build(str(tmp_path), tokenizer_path=SAMPLE_TOKENIZER)
+    shard = os.path.join(build, "mmc4-pairs-000000.tar")
+    cut_at_a_member_boundary(shard)
+    return build, shard
+
+
+@pytest.mark.parametrize(
+    "command", [["stats"], ["report"], ["inspect"], ["inspect", "--index", "5"]]
+)
+def test_a_shard_cut_short_is_one_line_naming_it_exit_2(cut_build, command):
+    build, shard = cut_build
+    result = run_cli(*command, build)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"corpora: shard does not match the manifest: {shard}: ")
+    assert "bytes, the manifest says" in line
+    assert not os.path.exists(os.path.join(build, "report.html"))
+
+
+def test_no_verify_reads_the_shards_as_they_are(cut_build):
+    build, _ = cut_build
+    result = run_cli("stats", build, "--json", "--no-verify")
+    assert result.returncode == 0, result.stderr
+    listed = load_manifest(build)["totals"]["samples"]
+    assert json.loads(result.stdout)["packing"]["sequences"] == listed - 1  # one sample cut off
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"junk" * 300, "corpora: unreadable shard"),
+        (b"", "corpora: unreadable shard"),
+    ],
+    ids=["junk", "empty"],
+)
+def test_inspect_on_a_bad_tar_is_one_line(tmp_path, content, message):
+    shard = tmp_path / "x-000000.tar"
+    shard.write_bytes(content)
+    result = run_cli("inspect", str(shard))
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(message)
+
+
+@pytest.mark.parametrize("command", ["inspect", "stats", "report"])
+def test_a_manifest_with_wrong_types_or_paths_outside_is_one_line(tmp_path, command):
+    build = write_build(str(tmp_path))
+    manifest = load_manifest(build)
+    manifest["bos_id"] = "1"
+    with open(os.path.join(build, "manifest.json"), "w") as handle:
+        json.dump(manifest, handle)
+    result = run_cli(command, build)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"corpora: not a corpora manifest: {build}/manifest.json (bos_id is '1', not an integer)"
+    ]
+    manifest["bos_id"] = 1
+    manifest["shards"][0]["path"] = "../../outside.tar"
+    with open(os.path.join(build, "manifest.json"), "w") as handle:
+        json.dump(manifest, handle)
+    result = run_cli(command, build)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"corpora: shard path outside the build: '../../outside.tar' in {build}"
+    ]

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from corpora import flags
+from corpora.bundled_sample import SAMPLE_IMAGES
 from corpora.flags import FlagError, settings_from_flags
 from corpora.settings import DEFAULTS, SAMPLE_TOKENIZER
 from tests.clip_model import TINY_NAME, tiny_clip  # noqa: F401
@@ -117,6 +118,19 @@ def test_min_clip_sim_with_clip_model_is_the_computed_score_threshold(tiny_clip)
         ("coyo", {"caption": "alt"}, "--caption does not apply to coyo (only to wit)"),
         ("mmc4", {"min_sim": 1.5}, "--min-sim is a cosine similarity, -1..1; got 1.5"),
         ("wit", {"languages": ","}, "--languages names no language"),
+        # issue 16, defect 9: junk and other cases were taken, and kept nothing
+        (
+            "wit",
+            {"languages": "en,he,english"},
+            "--languages: unknown WIT language codes: 'he' (WIT writes 'iw'), 'english'",
+        ),
+        ("wit", {"languages": "EN,xx"}, "--languages: unknown WIT language code: 'xx'"),
+        (
+            "mmc4-pairs",
+            {"allow_local_files": ("/no/such/dir",)},
+            "--allow-local-files /no/such/dir: not a directory",
+        ),
+        ("c4", {"max_line_bytes": 0}, "max_line_bytes must be at least 1, got 0"),
         ("mmc4", {"seq_len": 4}, "seq_len must be at least 8, got 4"),
         ("c4", {"clip_pretrained": "openai"}, "--clip-pretrained needs --clip-model"),
         ("coyo", {"save_embeddings": True}, "--save-embeddings needs --clip-model"),
@@ -167,8 +181,53 @@ def test_no_input_builds_the_bundled_sample_where_there_is_one(tmp_path, monkeyp
     built = settings_from_flags("mmc4-reordered")
     assert built.inputs == (str(tmp_path / "sample" / "mmc4-sample.jsonl"),)
     assert os.path.getsize(built.inputs[0]) > 0
+    # its images are local files: the sample build may read them, and only them
+    assert built.fetch.allow_local_files == (SAMPLE_IMAGES,)
+    assert settings_from_flags("mmc4-reordered", inputs=("x",)).fetch.allow_local_files == ()
     with pytest.raises(FlagError) as refused:
         settings_from_flags("wit")
     assert str(refused.value) == (
         "--input is required for wit (the bundled sample is for mmc4, mmc4-pairs, mmc4-reordered)"
     )
+
+
+def test_allow_local_files_are_absolute_with_links_resolved(tmp_path, monkeypatch):
+    (tmp_path / "images").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "images")
+    monkeypatch.chdir(tmp_path)
+    built = settings_from_flags("mmc4-pairs", inputs=("x",), allow_local_files=("link",))
+    assert built.fetch.allow_local_files == (str((tmp_path / "images").resolve()),)
+
+
+# ---------------------------------------------------------------- special ids (issue 16, defect 4)
+
+
+@pytest.mark.parametrize(
+    "ids, message",
+    [
+        ({"image_token_id": 1}, "image token id 1 is the tokenizer's BOS id"),
+        ({"image_token_id": 2}, "image token id 2 is the tokenizer's EOS id"),
+        ({"image_token_id": 0}, "image token id 0 is the tokenizer's UNK id"),
+        ({"image_token_id": 7}, "image token id 7 is a text id (vocabulary 0..999)"),
+        ({"pad_id": 1}, "pad id 1 is the tokenizer's BOS id"),
+        ({"pad_id": 1000}, "pad id 1000 is the image token id"),
+        ({"pad_id": -1}, "pad id -1 is negative"),
+        ({"image_token_id": 2**32}, "image token id 4294967296 does not fit in int32"),
+    ],
+)
+def test_special_ids_that_would_corrupt_the_shards_are_refused(ids, message):
+    with pytest.raises(FlagError) as caught:
+        settings_from_flags("c4", inputs=("c4.json.gz",), **ids)
+    assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_reserved_image_piece_inside_the_vocabulary_is_allowed_when_said():
+    built = settings_from_flags(
+        "c4", inputs=("c4.json.gz",), image_token_id=999, image_token_reserved=True
+    )
+    assert (built.image_token_id, built.image_token_reserved) == (999, True)
+    with pytest.raises(FlagError, match="past the vocabulary"):
+        settings_from_flags(
+            "c4", inputs=("c4.json.gz",), image_token_id=1000, image_token_reserved=True
+        )

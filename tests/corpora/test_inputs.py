@@ -1,10 +1,12 @@
+import codecs
 import gzip
 import io
+import tracemalloc
 import zipfile
 
 import pytest
 
-from corpora.inputs import InputError, iter_lines
+from corpora.inputs import InputError, LongLine, iter_lines, json_object
 
 
 def _lines(data: bytes, name: str):
@@ -41,3 +43,79 @@ def test_zip_with_two_members_is_an_input_error():
 def test_a_file_that_is_not_a_zip_is_an_input_error():
     with pytest.raises(InputError, match="not a zip"):
         _lines(PLAIN, "x.jsonl.zip")
+
+
+# Issue 16, defect 6: corrupt deflate data escaped as zlib.error, naming no file;
+# a truncated .gz named the file but with a traceback (now one InputError line).
+def test_corrupt_deflate_data_is_an_input_error_naming_the_file():
+    corrupt = gzip.compress(PLAIN * 50)[:10] + b"\xff" * 16
+    with pytest.raises(InputError, match=r"^docs\.jsonl\.gz: .*invalid") as caught:
+        _lines(corrupt, "docs.jsonl.gz")
+    assert "\n" not in str(caught.value)
+
+
+def test_a_truncated_gzip_is_an_input_error_naming_the_file():
+    whole = gzip.compress(PLAIN * 50)
+    with pytest.raises(InputError, match=r"^docs\.jsonl\.gz: "):
+        _lines(whole[: len(whole) // 2], "docs.jsonl.gz")
+
+
+def test_a_zip_with_no_member_is_an_input_error():
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w"):
+        pass
+    with pytest.raises(InputError, match=r"x\.jsonl\.zip: expected one member in the zip, found 0"):
+        _lines(buffer.getvalue(), "x.jsonl.zip")
+
+
+# Issue 16, defect 9: a BOM on the first line dropped that record as bad_json.
+def test_a_byte_order_mark_before_the_first_line_is_removed():
+    assert _lines(codecs.BOM_UTF8 + PLAIN, "x.jsonl")[0] == (1, b'{"a": 1}')
+    assert _lines(gzip.compress(codecs.BOM_UTF8 + PLAIN), "x.jsonl.gz")[0] == (1, b'{"a": 1}')
+
+
+def test_a_line_over_the_cap_is_skipped_and_the_next_lines_are_read():
+    data = b'{"a": 1}\n' + b"x" * 100 + b"\r\n" + b"y" * 10 + b"\n" + b"z" * 11
+    assert _lines_capped(data, 10) == [
+        (1, b'{"a": 1}'),
+        (2, LongLine(102, 10)),
+        (3, b"y" * 10),  # exactly the cap: kept
+        (4, LongLine(11, 10)),  # the last line, without a line ending
+    ]
+    drop = json_object(LongLine(102, 10), "x.jsonl:2")
+    assert drop.reason == "line_too_long" and "102 bytes" in drop.detail
+
+
+class _EndlessLine(io.RawIOBase):
+    """``size`` bytes of one line, made as they are read (never held whole)."""
+
+    def __init__(self, size: int):
+        self._left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self._left <= 0:
+            return 0
+        count = min(len(buffer), self._left)
+        buffer[:count] = b"x" * count
+        self._left -= count
+        return count
+
+
+# Issue 16, defect 9: a single 50 MB line took 930 MB of memory.
+def test_a_huge_line_is_never_held_whole():
+    size, cap = 64 << 20, 1 << 20
+    tracemalloc.start()
+    try:
+        lines = list(iter_lines(_EndlessLine(size), "docs.jsonl", max_line_bytes=cap))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert lines == [(1, LongLine(size, cap))]
+    assert peak < 8 * cap, f"peak {peak} bytes while skipping a {size}-byte line"
+
+
+def _lines_capped(data: bytes, cap: int):
+    return list(iter_lines(io.BytesIO(data), "x.jsonl", max_line_bytes=cap))

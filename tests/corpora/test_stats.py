@@ -212,9 +212,11 @@ def test_an_unreadable_shard_is_a_build_input_error(tmp_path, content, message):
         "bos_id": 1,
         "eos_id": 2,
         "tokens_per_image": 2,
-        "shards": [{"path": "x-000000.tar"}],
+        "shards": [{"path": "x-000000.tar", "samples": 1, "bytes": 1, "sha256": "0" * 64}],
     }
     _write(str(tmp_path), "manifest.json", json.dumps(manifest))
     (tmp_path / "x-000000.tar").write_bytes(content)
+    with pytest.raises(reader.BuildInputError, match="shard does not match the manifest: .*bytes"):
+        stats.stats_from_shards(str(tmp_path))  # checked against the manifest first
     with pytest.raises(reader.BuildInputError, match=f"unreadable shard .*x-000000.tar: {message}"):
-        stats.stats_from_shards(str(tmp_path))
+        stats.stats_from_shards(str(tmp_path), verify=False)

@@ -43,8 +43,25 @@ def test_document_becomes_bos_image_slots_text_eos(tokenizer_path):
 
 
 def test_explicit_special_ids_override_the_defaults(tokenizer_path):
-    info = Tokenizer(tokenizer_path, tokens_per_image=2, image_token_id=7, pad_id=5).info
-    assert (info.image_token_id, info.pad_id) == (7, 5)
+    info = Tokenizer(tokenizer_path, tokens_per_image=2, image_token_id=1007, pad_id=5).info
+    assert (info.image_token_id, info.pad_id) == (1007, 5)
+    reserved = Tokenizer(tokenizer_path, 2, image_token_id=7, image_token_reserved=True).info
+    assert reserved.image_token_id == 7
+
+
+@pytest.mark.parametrize(
+    "ids, message",
+    [
+        ({"image_token_id": 1}, "image token id 1 is the tokenizer's BOS id"),
+        ({"image_token_id": 7}, "image token id 7 is a text id"),
+        ({"pad_id": 2}, "pad id 2 is the tokenizer's EOS id"),
+        ({"image_token_id": 2**32}, "image token id 4294967296 does not fit in int32"),
+    ],
+)
+def test_a_tokenizer_built_from_python_checks_its_special_ids(tokenizer_path, ids, message):
+    # the Python path (corpus_settings + run_build) builds its Tokenizer before anything runs
+    with pytest.raises(SpecialIdError, match=message):
+        Tokenizer(tokenizer_path, tokens_per_image=2, **ids)
 
 
 def test_tokenizer_survives_pickling_for_workers(tokenizer_path):

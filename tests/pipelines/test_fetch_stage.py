@@ -214,7 +214,8 @@ def test_every_fault_in_a_beam_build_balances(server, tokenizer_path, tmp_path):
                 "http:///nohost.jpg": "bad_url",
                 "http://nohost.invalid/x.jpg": "dns_error",
                 (tmp_path / "missing.jpg").as_uri(): "file_not_found",
-                tmp_path.as_uri(): "file_error",  # a directory: not a readable file
+                f"{tmp_path}/docs.jsonl/a.jpg": "file_error",  # docs.jsonl is no directory
+                "file:///etc/passwd": "local_file",  # outside --allow-local-files
             }
         )
         inputs = mmc4_lines(str(tmp_path / "docs.jsonl"), list(reasons))
@@ -228,6 +229,7 @@ def test_every_fault_in_a_beam_build_balances(server, tokenizer_path, tmp_path):
             max_bytes=200_000,
             min_image_size=16,
             max_aspect_ratio=4.0,
+            allow_local_files=(str(tmp_path),),
         )
         manifest = run_build(settings)
         assert other.requests == []

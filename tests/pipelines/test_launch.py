@@ -1,14 +1,26 @@
 from __future__ import annotations
 
 import io
+import os
+import socket
+import subprocess
+import sys
 import threading
 
 import apache_beam as beam
+import pytest
 from apache_beam.metrics import Metrics
 
+from corpora.lock import LOCK_NAME, Holder
+from corpora.reader import verify_build
 from pipelines.launch import BuildOutcome, BuildProgress, counters_of
 from pipelines.transforms import NAMESPACE
+from tests.beam_services import python_env
+from tests.fixtures import c4_lines, write_c4_json_gz
+from tests.generated import mmc4_documents, write_mmc4
+from tests.helpers import run_cli
 from tests.pipelines.direct import direct_pipeline
+from tests.servers import ImageServer, image_bytes
 
 
 def _count(element):
@@ -73,3 +85,149 @@ def test_no_progress_when_disabled():
     with BuildProgress("unused", every=0, stream=stream, count=lambda: 1) as progress:
         assert not progress.running
     assert stream.getvalue() == ""
+
+
+# ------------------------------------------------ one writer per output, clean failure
+# (issue 16, defects 3 and 7)
+
+SMALL = (
+    "--seq-len",
+    "64",
+    "--tokens-per-image",
+    "4",
+    "--image-size",
+    "32",
+    "--progress-every",
+    "0",
+)
+
+
+def _gate(server: ImageServer, docs: list[dict]) -> tuple[threading.Event, threading.Event]:
+    """The images of ``docs`` wait for ``opened``; ``arrived`` is set by the first request."""
+    arrived, opened = threading.Event(), threading.Event()
+
+    def gated(handler) -> None:
+        arrived.set()
+        opened.wait(timeout=600)
+        handler.send_body(200, image_bytes(48, 48, handler.path), "image/jpeg")
+
+    for doc in docs:
+        for info in doc["image_info"]:
+            server.route(info["raw_url"][len(server.base) :], gated)
+    return arrived, opened
+
+
+@pytest.mark.integration
+def test_two_builds_into_one_output_one_exits_2_naming_the_holder_the_other_completes(
+    tmp_path, tokenizer_path
+):
+    server = ImageServer()
+    docs = mmc4_documents(4, server.base)
+    arrived, opened = _gate(server, docs)
+    output = str(tmp_path / "out")
+    args = [
+        "build", "mmc4-pairs", "--input", write_mmc4(str(tmp_path / "docs.jsonl"), docs),
+        "--output", output, "--tokenizer", tokenizer_path, "--allow-private-urls",
+        "--read-timeout", "600", "--total-timeout", "600", *SMALL,
+    ]  # fmt: skip
+    with server:
+        first = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", *args],
+            env=python_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            # the first build fetches only once it holds the lock: it holds it now
+            assert arrived.wait(timeout=600), first.communicate()
+            second = run_cli(*args)
+        finally:
+            opened.set()
+            out, err = first.communicate(timeout=600)
+    assert second.returncode == 2
+    (line,) = second.stderr.strip().splitlines()
+    assert line.startswith(f"corpora: {os.path.join(output, LOCK_NAME)} is held by another build")
+    assert f"(pid {first.pid} on {socket.gethostname()}, since " in line
+    assert first.returncode == 0, err
+    assert "Wrote 1 shard(s)" in out
+    assert verify_build(output) == []
+    assert not os.path.exists(os.path.join(output, LOCK_NAME))  # given back at the end
+    stats = run_cli("stats", output)
+    assert stats.returncode == 0, stats.stderr
+
+
+def _c4_args(inputs: list[str], output: str, *extra: str) -> list[str]:
+    flags = [part for path in inputs for part in ("--input", path)]
+    return ["build", "c4", *flags, "--output", output, *SMALL, *extra]
+
+
+@pytest.mark.integration
+def test_a_stale_lock_of_a_dead_process_is_taken_over_with_a_line(tmp_path):
+    output = tmp_path / "out"
+    output.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = Holder(**{**Holder.here().__dict__, "pid": dead.pid})
+    (output / LOCK_NAME).write_bytes(stale.to_bytes())
+    c4 = write_c4_json_gz(str(tmp_path), c4_lines())
+    result = run_cli(*_c4_args([c4], str(output)))
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"Took over the stale lock {output / LOCK_NAME}: {stale.describe()};"
+        f" pid {dead.pid} is no longer running." in result.stderr.splitlines()
+    )
+    assert not (output / LOCK_NAME).exists()
+
+
+def _truncated_gz(directory: str) -> str:
+    whole = write_c4_json_gz(directory, c4_lines() * 50, index=1, count=2)
+    data = open(whole, "rb").read()
+    with open(whole, "wb") as handle:
+        handle.write(data[: len(data) // 2])
+    return whole
+
+
+@pytest.mark.integration
+def test_a_failed_overwrite_leaves_nothing_of_the_previous_build_nor_temporaries(tmp_path):
+    output, temporary = tmp_path / "out", tmp_path / "tmp"
+    temporary.mkdir()
+    good = write_c4_json_gz(str(tmp_path), c4_lines())
+    assert run_cli(*_c4_args([good], str(output))).returncode == 0
+    assert (output / "stats.json").exists() and (output / "manifest.json").exists()
+    (output / "beam-temp-stats-0123").mkdir()  # what a failed attempt of Beam's sinks leaves
+    (output / "beam-temp-stats-0123" / "part").write_bytes(b"half")
+
+    failed = run_cli(
+        *_c4_args([good, _truncated_gz(str(tmp_path))], str(output), "--overwrite"),
+        env={"TMPDIR": str(temporary)},
+    )
+    assert failed.returncode != 0
+    left = sorted(p.name for p in output.iterdir())
+    assert "stats.json" not in left and "manifest.json" not in left  # the previous build's
+    assert not [name for name in left if ".tmp-" in name or name.startswith("beam-temp-")]
+    assert LOCK_NAME not in left
+    assert not list(temporary.glob("beam-pipeline-temp*"))
+
+
+@pytest.mark.integration
+def test_files_a_build_writes_are_replaced_only_with_overwrite(tmp_path):
+    output = tmp_path / "out"
+    output.mkdir()
+    (output / "stats.json").write_text('{"mine": true}')
+    (output / "failures.parquet").write_bytes(b"my own")
+    c4 = write_c4_json_gz(str(tmp_path), c4_lines())
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    refused = run_cli(*_c4_args([c4], str(output)), env={"TMPDIR": str(temporary)})
+    assert refused.returncode == 2
+    (line,) = refused.stderr.strip().splitlines()
+    assert "failures.parquet" in line and "stats.json" in line and "--overwrite" in line
+    assert (output / "stats.json").read_text() == '{"mine": true}'
+    assert (output / "failures.parquet").read_bytes() == b"my own"
+    assert sorted(p.name for p in output.iterdir()) == ["failures.parquet", "stats.json"]
+    assert not list(temporary.iterdir())  # Beam's folder for the pipeline it was to run
+
+    replaced = run_cli(*_c4_args([c4], str(output), "--overwrite"))
+    assert replaced.returncode == 0, replaced.stderr
+    assert "mine" not in (output / "stats.json").read_text()

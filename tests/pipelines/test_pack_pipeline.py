@@ -3,6 +3,7 @@ number globally, write shards; byte-identical with 1 and 2 workers."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 
@@ -11,7 +12,7 @@ import pytest
 
 from corpora import reader
 from corpora import settings as build_settings
-from corpora.bundled_sample import materialize_sample
+from corpora.bundled_sample import SAMPLE_IMAGES, materialize_sample
 from pipelines.build import run_build
 from tests.helpers import load_manifest, read_tar, run_cli
 
@@ -22,6 +23,7 @@ def _settings(tmp_path, output: str, **overrides) -> build_settings.BuildSetting
     sample = materialize_sample(str(tmp_path / "input"))
     base = build_settings.corpus_settings("mmc4-pairs", (sample,), output)
     base = build_settings.smoke(base)
+    base = base.replace(fetch=dataclasses.replace(base.fetch, allow_local_files=(SAMPLE_IMAGES,)))
     # seq_len 40 splits every pair (bos + 16 image slots + ~37 text tokens + eos)
     return base.replace(seq_len=40, samples_per_shard=3, pack_groups=3, **overrides)
 
@@ -96,6 +98,8 @@ def test_no_pack_writes_one_piece_per_sample_through_the_cli(tmp_path):
         "--no-pack",
         "--workers",
         "1",
+        "--allow-local-files",
+        SAMPLE_IMAGES,
     )
     assert result.returncode == 0, result.stderr
     manifest = load_manifest(output)

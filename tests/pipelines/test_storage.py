@@ -11,6 +11,7 @@ import boto3
 import fsspec
 import pytest
 
+from corpora.lock import Holder
 from corpora.settings import corpus_settings
 from pipelines import storage
 from pipelines.launch import execute
@@ -199,3 +200,15 @@ def test_s3_round_trip_reads_inputs_from_and_writes_shards_to_a_bucket(
         again = run_cli(*args)  # the same command on a finished bucket build: nothing rewritten
         assert again.returncode == 0, again.stderr
         assert f"Resumed: {len(shard_keys)} shard(s) were already complete" in again.stdout
+        assert "built/corpora.lock" not in keys  # the lease was given back
+
+        # a build holding the bucket output's lease: a second build exits 2 naming it
+        holder = Holder.here()
+        client.put_object(Bucket="corpus", Key="built/corpora.lock", Body=holder.to_bytes())
+        locked = run_cli(*args)
+        assert locked.returncode == 2
+        assert locked.stderr.strip().splitlines() == [
+            f"corpora: s3://corpus/built/corpora.lock is held by another build "
+            f"({holder.describe()}); wait for it to finish, or remove "
+            "s3://corpus/built/corpora.lock if no build is writing this output"
+        ]

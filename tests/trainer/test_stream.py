@@ -174,6 +174,29 @@ def test_verify_skips_a_shard_whose_bytes_differ_from_the_manifest(builds, tmp_p
     assert "does not match its manifest (ShardMismatch: sha256 " in caplog.records[0].getMessage()
 
 
+def test_verify_makes_the_check_of_corpora_stats_a_shard_cut_short_is_skipped(
+    builds, tmp_path, caplog
+):
+    build = _copy(builds.pairs, tmp_path)
+    shards = _shards(build)
+    entry = reader.load_manifest(build)["shards"][0]
+    assert shards[0].entry == {k: entry[k] for k in ("samples", "sha256", "bytes")}
+    path = shards[0].url
+    with tarfile.open(path) as tar:
+        last = tar.getmembers()[-1].name.split(".", 1)[0]
+        cut = next(m for m in tar.getmembers() if m.name.split(".", 1)[0] == last)
+    with open(path, "r+b") as handle:  # at a member boundary: the tar still reads
+        handle.truncate(cut.offset)
+    with caplog.at_level(logging.WARNING, logger="trainer.data"):
+        checked = ShardStream(shards[:2], seed=(0,), shuffle_buffer=0, verify=True)
+        keys = _keys(checked, 3)
+    assert {k.rsplit("-", 1)[0] for k in keys} == {os.path.basename(shards[1].url)[:-4]}
+    size = os.path.getsize(path)
+    assert f"(ShardMismatch: {size} bytes, the manifest says {entry['bytes']})" in (
+        caplog.records[0].getMessage()
+    )
+
+
 def test_a_stream_with_no_readable_shard_raises_instead_of_spinning(tmp_path):
     bad = tmp_path / "x-000000.tar"
     bad.write_bytes(b"junk")

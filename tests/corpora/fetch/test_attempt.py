@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
@@ -121,12 +122,59 @@ def test_user_agent_is_sent(server):
     assert seen == ["mybot/1.0 (+https://example.org/bot)"]
 
 
-def test_file_urls_and_paths(tmp_path):
+def test_file_urls_and_paths_under_an_allowed_directory(tmp_path):
     path = tmp_path / "a.jpg"
     path.write_bytes(image_bytes(40, 40, "file"))
-    assert once(path.as_uri()).data == once(str(path)).data == path.read_bytes()
-    assert once((tmp_path / "missing.jpg").as_uri()).reason == "file_not_found"
-    assert once(path.as_uri(), dataclasses.replace(FAST, max_bytes=10)).reason == "too_large"
+    allowed = dataclasses.replace(FAST, allow_local_files=(str(tmp_path),))
+    assert once(path.as_uri(), allowed).data == once(str(path), allowed).data == path.read_bytes()
+    assert once(f"file://localhost{path}", allowed).data == path.read_bytes()
+    assert once((tmp_path / "missing.jpg").as_uri(), allowed).reason == "file_not_found"
+    too_small = dataclasses.replace(allowed, max_bytes=10)
+    assert once(path.as_uri(), too_small).reason == "too_large"
+    assert once(str(path / "b.jpg"), allowed).reason == "file_error"  # a.jpg is no directory
+
+
+# Issue 16, defect 1: any file:// URL or plain path read a local file, whatever its host,
+# wherever it was; /dev/zero ignored --max-image-bytes and a FIFO hung the build.
+def test_local_files_are_refused_by_default(tmp_path):
+    path = tmp_path / "a.jpg"
+    path.write_bytes(image_bytes(40, 40, "file"))
+    for url in (path.as_uri(), str(path), "file:///etc/passwd", "file:///dev/zero"):
+        result = once(url)
+        assert (result.reason, result.data) == ("local_file", None), url
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "evil.example", "localhost:22"])
+def test_a_file_url_with_a_host_is_refused(tmp_path, host):
+    path = tmp_path / "a.jpg"
+    path.write_bytes(image_bytes(40, 40, "file"))
+    allowed = dataclasses.replace(FAST, allow_local_files=(str(tmp_path),))
+    result = once(f"file://{host}{path}", allowed)
+    assert result.reason == "local_file" and host in result.detail
+
+
+def test_only_regular_files_under_the_allowed_directories_are_read(tmp_path):
+    inside, outside = tmp_path / "images", tmp_path / "private"
+    inside.mkdir(), outside.mkdir()
+    (outside / "secret.jpg").write_bytes(image_bytes(8, 8, "secret"))
+    (inside / "link.jpg").symlink_to(outside / "secret.jpg")
+    fifo = inside / "fifo.jpg"
+    os.mkfifo(fifo)  # opening it for reading would wait for a writer for ever
+    (inside / "zero.jpg").symlink_to("/dev/zero")
+    allowed = dataclasses.replace(FAST, allow_local_files=(str(inside.resolve()),))
+    urls = {
+        "outside": (outside / "secret.jpg").as_uri(),
+        "link out": (inside / "link.jpg").as_uri(),
+        "dot-dot": f"{inside}/../private/secret.jpg",
+        "fifo": fifo.as_uri(),
+        "device": str(inside / "zero.jpg"),  # resolves outside: refused before it is opened
+        "directory": inside.as_uri(),
+    }
+    results = {name: once(url, allowed) for name, url in urls.items()}
+    assert {name: r.reason for name, r in results.items()} == dict.fromkeys(urls, "local_file")
+    assert "not a regular file" in results["fifo"].detail
+    devices = dataclasses.replace(FAST, allow_local_files=("/dev",), max_bytes=1000)
+    assert once("file:///dev/zero", devices).reason == "local_file"
 
 
 def test_raw_non_ascii_and_spaces_are_percent_encoded_and_bad_urls_named(server):
@@ -139,3 +187,13 @@ def test_raw_non_ascii_and_spaces_are_percent_encoded_and_bad_urls_named(server)
 @pytest.mark.parametrize("url", ["ftp://127.0.0.1/image.jpg", "gopher://example.com/x"])
 def test_other_schemes_are_refused(url):
     assert once(url).reason == "bad_scheme"
+
+
+def test_a_local_file_read_past_the_total_timeout_is_a_timeout(tmp_path):
+    path = tmp_path / "slow.jpg"
+    path.write_bytes(b"\xff" * 200_000)  # read in 64 KiB chunks
+    ticks = iter(range(0, 1000, 30))  # the clock moves 30 s per look: a slow network disk
+    allowed = dataclasses.replace(FAST, allow_local_files=(str(tmp_path),), total_timeout=60)
+    pool = ConnectionPool(1)
+    result = attempt(str(path), allowed, pool, DnsCache(), clock=lambda: next(ticks))
+    assert result.reason == "timeout" and result.data is None

@@ -5,6 +5,8 @@ import dataclasses
 import pytest
 
 from corpora.fetch import FetchSettings, address_allowed, address_is_public
+from corpora.fetch.attempt import attempt
+from corpora.fetch.connections import ConnectionPool, DnsCache
 from tests.corpora.fetch.common import FAST, fetch_all, fetch_one
 
 
@@ -60,3 +62,39 @@ def test_a_redirect_to_a_refused_address_is_refused_before_connecting(server, ot
 def test_allow_private_urls_turns_the_guard_off(server):
     settings = dataclasses.replace(FAST, allow_networks=(), allow_private_urls=True)
     assert fetch_one(server.url("/img/10x10/a.jpg"), settings).ok
+
+
+# Issue 16, defect 8: addresses that wrap loopback or private IPv4 passed the guard
+# (Python's is_global called them public). Decisions only: nothing is sent.
+@pytest.mark.parametrize(
+    "address, why",
+    [
+        ("64:ff9b::7f00:1", "loopback 127.0.0.1 inside NAT64"),
+        ("64:ff9b::a9fe:a9fe", "link_local 169.254.169.254 inside NAT64"),
+        ("2002:a00:1::1", "private 10.0.0.1 inside 6to4"),
+        ("::127.0.0.1", "loopback 127.0.0.1 inside IPv4-compatible"),
+        ("::ffff:192.168.0.1", "private 192.168.0.1 inside IPv4-mapped"),
+        ("fec0::1", "site_local"),
+    ],
+)
+def test_addresses_wrapping_a_refused_ipv4_address_are_refused(address, why):
+    assert not address_is_public(address)
+    assert not address_allowed(address, FetchSettings())
+    lookups = []
+
+    def lookup(host, port):
+        lookups.append(host)
+        return [address]
+
+    pool = ConnectionPool(1)
+    result = attempt("http://images.example/a.jpg", FetchSettings(), pool, DnsCache(lookup=lookup))
+    assert (result.reason, result.detail) == ("blocked_address", f"{why} ({address})")
+    assert (
+        lookups == ["images.example"] and pool.get(("http", "images.example", 80, address)) is None
+    )
+
+
+def test_allow_network_matches_the_ipv4_address_inside_a_wrapping():
+    settings = FetchSettings(allow_networks=("10.0.0.0/8",))
+    assert address_allowed("64:ff9b::a01:203", settings)
+    assert not address_allowed("64:ff9b::c0a8:1", settings)

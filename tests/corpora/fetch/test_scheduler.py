@@ -102,7 +102,7 @@ def test_backoff_is_exponential_with_jitter_capped_and_retry_after_wins():
 def test_start_holds_a_host_at_its_limit_and_starts_the_others(server, tmp_path):
     path = tmp_path / "local.jpg"
     path.write_bytes(image_bytes(8, 8, "local"))
-    settings = dataclasses.replace(FAST, per_host_concurrency=2)
+    settings = dataclasses.replace(FAST, per_host_concurrency=2, allow_local_files=(str(tmp_path),))
     urls = [server.url(f"/img/8x8/{i}.jpg") for i in range(3)] + [path.as_uri()]
     steps = schedule(settings, urls)
     steps.admit(0.0)

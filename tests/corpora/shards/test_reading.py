@@ -151,7 +151,9 @@ def test_a_shard_without_its_manifest_is_located_only_when_none_is_needed(build,
                         "bos_id": 1,
                         "eos_id": 2,
                         "tokens_per_image": 2,
-                        "shards": [{"path": "x.tar"}],
+                        "shards": [
+                            {"path": "x.tar", "samples": 1, "bytes": 10, "sha256": "0" * 64}
+                        ],
                     }
                 ),
             ),
@@ -196,3 +198,106 @@ def test_segment_parts_of_a_split_piece_and_without_a_manifest():
     ]
     # no manifest: nothing is special
     assert reader.segment_parts([1, 9, 2], None, 3, None, None) == [("text", [1, 9, 2])]
+
+
+# ------------------------------------------------ verified on read (issue 16, defect 5)
+
+
+def _copy_build(build: str, tmp_path) -> str:
+    import shutil
+
+    return shutil.copytree(build, str(tmp_path / "copy"))
+
+
+def cut_at_a_member_boundary(shard: str) -> None:
+    """Cut ``shard`` just before its last sample's first member: the tar still reads."""
+    import tarfile
+
+    with tarfile.open(shard) as tar:
+        members = tar.getmembers()
+    last = members[-1].name.split(".", 1)[0]
+    cut = next(m for m in members if m.name.split(".", 1)[0] == last)
+    with open(shard, "r+b") as handle:
+        handle.truncate(cut.offset)
+
+
+def test_a_shard_cut_at_a_member_boundary_is_refused_naming_it(build, tmp_path):
+    copy = _copy_build(build, tmp_path)
+    entry = reader.load_manifest(copy)["shards"][0]
+    shard = os.path.join(copy, entry["path"])
+    cut_at_a_member_boundary(shard)
+    assert len(list(reader.iter_samples(shard))) == entry["samples"] - 1  # reads as valid
+    size = os.path.getsize(shard)
+    with pytest.raises(reader.ShardMismatch, match=f"{size} bytes, the manifest says"):
+        reader.verify_shard(shard, entry)
+    with pytest.raises(reader.BuildInputError) as caught:
+        reader.locate(copy, verify=True)
+    assert str(caught.value) == (
+        f"shard does not match the manifest: {shard}: {size} bytes,"
+        f" the manifest says {entry['bytes']}"
+    )
+    assert reader.locate(copy).shards[0] == shard  # without verify: found, not checked
+    assert reader.verify_build(copy) == [
+        f"{shard}: {size} bytes, the manifest says {entry['bytes']}"
+    ]
+
+
+def test_a_shard_whose_size_is_right_but_bytes_are_not_is_refused(build, tmp_path):
+    copy = _copy_build(build, tmp_path)
+    entry = reader.load_manifest(copy)["shards"][1]
+    shard = os.path.join(copy, entry["path"])
+    data = bytearray(open(shard, "rb").read())
+    data[700] ^= 0xFF
+    open(shard, "wb").write(bytes(data))
+    with pytest.raises(
+        reader.BuildInputError, match=f"{shard}: sha256 [0-9a-f]{{64}}, the manifest"
+    ):
+        reader.locate(copy, verify=True)
+
+
+@pytest.mark.parametrize(
+    "path", ["../outside.tar", "/tmp/outside.tar", "sub/outside.tar", "file:outside.tar", 7]
+)
+def test_shard_paths_outside_the_build_are_refused(build, tmp_path, path):
+    copy = _copy_build(build, tmp_path)
+    manifest = reader.load_manifest(copy)
+    manifest["shards"][0]["path"] = path
+    with open(os.path.join(copy, "manifest.json"), "w") as handle:
+        json.dump(manifest, handle)
+    with pytest.raises(reader.BuildInputError) as caught:
+        reader.locate(copy)
+    assert "outside the build" in str(caught.value) or "not a corpora manifest" in str(caught.value)
+    assert any("outside the build" in problem for problem in reader.verify_build(copy)) or path == 7
+
+
+def test_a_link_out_of_the_build_is_refused(build, tmp_path):
+    copy = _copy_build(build, tmp_path)
+    entry = reader.load_manifest(copy)["shards"][0]
+    outside = tmp_path / "elsewhere.tar"
+    os.rename(os.path.join(copy, entry["path"]), outside)
+    os.symlink(outside, os.path.join(copy, entry["path"]))
+    with pytest.raises(reader.BuildInputError, match="outside the build.*a link"):
+        reader.locate(copy)
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        (lambda m: m.update(image_token_id="500"), "image_token_id is '500', not an integer"),
+        (lambda m: m.update(tokenizer="t.model"), "tokenizer is 't.model'"),
+        (lambda m: m.update(shards={"path": "x"}), "shards is {'path': 'x'}, not a list"),
+        (lambda m: m["shards"][0].update(sha256=5), "shard 0's sha256 is 5"),
+        (lambda m: m["shards"][1].update(bytes="12"), "shard 1's bytes is '12'"),
+        (lambda m: m["shards"].append(None), "shard 2 is None"),
+    ],
+)
+def test_a_manifest_with_fields_of_the_wrong_type_is_one_line(build, tmp_path, change, named):
+    copy = _copy_build(build, tmp_path)
+    manifest = reader.load_manifest(copy)
+    change(manifest)
+    path = os.path.join(copy, "manifest.json")
+    with open(path, "w") as handle:
+        json.dump(manifest, handle)
+    with pytest.raises(reader.BuildInputError) as caught:
+        reader.locate(copy)
+    assert str(caught.value) == f"not a corpora manifest: {path} ({named})"

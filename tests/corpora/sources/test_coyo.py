@@ -1,4 +1,5 @@
 import io
+import math
 
 import pyarrow.parquet as pq
 import pytest
@@ -94,3 +95,44 @@ def test_missing_required_column_names_file_and_column(tmp_path):
 def test_not_a_parquet_file():
     with pytest.raises(InputError, match="x.parquet: not a parquet file"):
         coyo.check(io.BytesIO(b"id,url,text\n"), "x.parquet")
+
+
+# Issue 16, defect 2: a non-finite score failed the build after shards were written
+# (Infinity; NaN passed as a missing score), and wrong-typed cells were coerced.
+@pytest.mark.parametrize("score", [math.nan, math.inf, -math.inf])
+def test_a_non_finite_score_drops_its_row_as_bad_value(tmp_path, score):
+    rows = fixtures.coyo_rows()[:3]
+    rows[1] = {**rows[1], "clip_similarity_vitl14": score}
+    path = fixtures.write_coyo_parquet(str(tmp_path / "part-0.parquet"), rows)
+    with open(path, "rb") as stream:
+        outputs = list(coyo.read(stream, path))
+    assert [getattr(o, "reason", "kept") for o in outputs] == ["kept", "bad_value", "kept"]
+    assert outputs[1].detail.startswith("clip_similarity_vitl14 is ")
+
+
+@pytest.mark.parametrize(
+    "row, detail",
+    [
+        ({"id": "7", "url": b"https://a/1.jpg", "text": b"a"}, "id is a string, expected int64"),
+        ({"id": 7, "url": b"https://a/1.jpg", "text": 5}, "text is an integer, expected string"),
+        ({"id": 7, "url": b"https://a/1.jpg", "text": b"a", "width": 1.5}, "width is a number"),
+        ({"id": 7, "url": b"https://a/1.jpg", "text": b"a", "watermark_score": b"x"}, "bytes"),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_a_bad_value_not_coerced(row, detail):
+    drop = coyo.parse_row(row, "part-0.parquet:1")
+    assert isinstance(drop, Drop) and drop.reason == "bad_value" and detail in drop.detail
+
+
+# Issue 16, defect 2: a text column of integers crashed the build at its end
+# ("bytes is not JSON serializable"); now the check before the build names it.
+def test_a_column_of_the_wrong_type_is_named_before_the_build(tmp_path):
+    import pyarrow as pa
+
+    path = str(tmp_path / "part-3.parquet")
+    pq.write_table(pa.table({"id": [7], "url": ["https://a/1.jpg"], "text": [5]}), path)
+    message = r"part-3.parquet: column 'text' is int64, expected string \(COYO-700M's type\)"
+    with open(path, "rb") as stream, pytest.raises(InputError, match=message):
+        coyo.check(stream, path)
+    with open(path, "rb") as stream, pytest.raises(InputError, match=message):
+        list(coyo.read(stream, path))

@@ -6,9 +6,9 @@ Two properties: no exception escapes a reader but the typed input error
 (``InputError``, naming the file), and the funnel balances (one Document or
 Drop per record read). A third holds for what a reader lets through: every
 Document is sane (text that is UTF-8, finite scores, metadata that JSON can
-write). The tests marked ``xfail(strict=True)`` fail on today's readers for
-the defect they name; each carries an explicit example that fails, so it fails
-on every run, and the fix flips it (strict: an unexpected pass fails the run).
+write). The tests under "what issue 16 fixed" were strict xfails before the
+fix, each with an explicit example that failed on every run; the constants
+name what each one found.
 """
 
 from __future__ import annotations
@@ -28,19 +28,6 @@ from corpora.sources import c4, coyo, mmc4, wit
 from tests import fuzz_inputs as fuzz
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-DEFECT_2 = "issue 16 defect 2: non-finite or wrong-typed values pass the reader"
-DEFECT_6 = "issue 16 defect 6: corrupt deflate data escapes as zlib.error, naming no file"
-DEFECT_9_BOM = "issue 16 defect 9: a BOM on the first line drops that record as bad_json"
-JSON_ESCAPES = (
-    "found by this fuzz, not in issue 16: a 5000-digit number (ValueError) or deep nesting"
-    " (RecursionError) escapes json_object"
-)
-SURROGATES = (
-    "found by this fuzz, not in issue 16: a JSON \\ud800 escape in a url raises"
-    " UnicodeEncodeError (stable_id); in text it passes, and the tokenizer then raises"
-)
-
 
 # ---------------------------------------------------------------- the properties
 
@@ -214,12 +201,13 @@ def test_truncated_archives_and_wrong_member_counts_are_input_errors(suffix, dat
     assert path in str(caught.value)
 
 
-# ---------------------------------------------------------------- what fails today
+# ---------------------------------------------------------------- what issue 16 fixed
 
 
-EVERYTHING = f"{JSON_ESCAPES}; {SURROGATES}; {DEFECT_2}"
-
-
+# Found by this fuzz besides issue 16: a 5000-digit number (ValueError) or deep nesting
+# (RecursionError) escaped json_object; a JSON \\ud800 escape in a url raised
+# UnicodeEncodeError (stable_id), and in text reached the tokenizer. With defect 2,
+# they made the two tests below fail.
 def _everything_hostile(read, file, path) -> None:
     content, count = file
     outputs = _read_all(read, content, path)
@@ -228,7 +216,6 @@ def _everything_hostile(read, file, path) -> None:
         assert_sane(output)
 
 
-@pytest.mark.xfail(strict=True, reason=EVERYTHING)
 @FUZZ
 @given(fuzz.json_lines_file(fuzz.c4_records()))
 @example((fuzz.HOSTILE_JSON["huge_integer"] + b"\n", 1))
@@ -236,7 +223,6 @@ def test_c4_reader_on_everything_hostile(file):
     _everything_hostile(read_c4, file, "c4-train.00000-of-01024.json")
 
 
-@pytest.mark.xfail(strict=True, reason=EVERYTHING)
 @FUZZ
 @given(fuzz.json_lines_file(fuzz.mmc4_documents()))
 @example(
@@ -251,7 +237,7 @@ def test_mmc4_reader_on_everything_hostile(file):
     _everything_hostile(read_mmc4_reassigned, file, "docs_shard_0_v2.jsonl")
 
 
-@pytest.mark.xfail(strict=True, reason=JSON_ESCAPES)
+# Found by this fuzz: a line json.loads raises on other than a decode error.
 @pytest.mark.parametrize("reader", sorted(JSON_READERS))
 @pytest.mark.parametrize("line", sorted(fuzz.HOSTILE_JSON))
 def test_a_json_line_that_python_cannot_load_is_a_drop(reader, line):
@@ -260,14 +246,14 @@ def test_a_json_line_that_python_cannot_load_is_a_drop(reader, line):
     assert isinstance(output, Drop) and output.reason == "bad_json"
 
 
-@pytest.mark.xfail(strict=True, reason=SURROGATES)
+# Found by this fuzz: a \\ud800 escape in text passed the reader.
 def test_a_lone_surrogate_escape_in_text_is_dropped():
     line = b'{"text": "a \\ud800 b", "url": "https://a.example/"}\n'
     (output,) = _read_all(read_c4, line, "c4-train.00000-of-01024.json")
     assert_sane(output)
 
 
-@pytest.mark.xfail(strict=True, reason=DEFECT_2)
+# Issue 16, defect 2: a non-finite matched_sim failed the build.
 @pytest.mark.parametrize("value", [b"NaN", b"Infinity", b"-Infinity"])
 def test_a_non_finite_matched_sim_is_a_bad_value(value):
     line = (
@@ -278,14 +264,14 @@ def test_a_non_finite_matched_sim_is_a_bad_value(value):
     assert isinstance(output, Drop) and output.reason == "bad_value", output
 
 
-@pytest.mark.xfail(strict=True, reason=DEFECT_9_BOM)
+# Issue 16, defect 9: a BOM on the first line dropped that record as bad_json.
 def test_a_bom_on_the_first_line_is_stripped():
     line = b'{"text": "Hi there.", "url": "https://a.example/"}\n'
     (output,) = _read_all(read_c4, fuzz.BOM + line, "c4-train.00000-of-01024.json")
     assert isinstance(output, Document), output
 
 
-@pytest.mark.xfail(strict=True, reason=DEFECT_6)
+# Issue 16, defect 6: corrupt deflate data escaped as zlib.error, naming no file.
 @pytest.mark.parametrize("suffix", [".gz", ".zip"])
 @FUZZ
 @given(data=st.data())
@@ -306,7 +292,7 @@ def test_broken_archives_are_input_errors_naming_the_file(suffix, data):
         assert path in str(exc)
 
 
-@pytest.mark.xfail(strict=True, reason=DEFECT_2)
+# Issue 16, defect 2: wrong-typed and non-finite COYO values passed the reader.
 @FUZZ
 @given(fuzz.coyo_rows())
 @example({"id": 7, "url": b"https://a.example/1.jpg", "text": b"a", "watermark_score": b"x"})
@@ -315,7 +301,6 @@ def test_coyo_rows_of_any_type_are_documents_or_drops(row):
     assert_sane(output)
 
 
-@pytest.mark.xfail(strict=True, reason=DEFECT_2)
 @FUZZ
 @given(fuzz.coyo_tables(wrong_types=False))
 @example(
@@ -336,7 +321,8 @@ def test_coyo_reader_lets_no_non_finite_score_through(table):
         assert_sane(output)
 
 
-@pytest.mark.xfail(strict=True, reason=DEFECT_2 + " (a column of the wrong type is no input error)")
+# Issue 16, defect 2: a column of the wrong type was no input error (bytes in text crashed
+# the build at the end).
 @FUZZ
 @given(fuzz.coyo_tables(wrong_types=True))
 @example(

@@ -1,3 +1,5 @@
+import gzip
+
 import pytest
 
 from corpora.inputs import InputError
@@ -134,3 +136,48 @@ def test_header_is_checked(tmp_path):
     assert (
         doc.texts[0].text == "A cup of coffee on a wooden table." and doc.meta["language"] == "en"
     )
+
+
+# Issue 16, defect 9: a BOM before the header made it "not a WIT file".
+def test_a_byte_order_mark_before_the_header_is_removed(tmp_path):
+    with open(fixtures.WIT_DUMMY, "rb") as stream:
+        plain = stream.read()
+    path = tmp_path / "wit_v1.bom.tsv"
+    path.write_bytes(b"\xef\xbb\xbf" + plain)
+    with open(path, "rb") as stream:
+        wit.check(stream, str(path))
+    with open(fixtures.WIT_DUMMY, "rb") as a, open(path, "rb") as b:
+        expected = [r.id for r in wit.read(a, fixtures.WIT_DUMMY, caption="attribution")]
+        assert [r.id for r in wit.read(b, str(path), caption="attribution")] == expected
+
+
+# Issue 16, defect 6: corrupt deflate data escaped as zlib.error, naming no file.
+def test_corrupt_deflate_data_is_an_input_error_naming_the_file(tmp_path):
+    with open(fixtures.WIT_DUMMY, "rb") as stream:
+        data = gzip.compress(stream.read())
+    broken = tmp_path / "wit_v1.broken.tsv.gz"
+    broken.write_bytes(data[:10] + b"\xff" * 64)  # gzip's header, then no deflate stream
+    with open(broken, "rb") as stream, pytest.raises(InputError, match="wit_v1.broken.tsv.gz: "):
+        list(wit.read(stream, str(broken)))
+
+
+# Issue 16, defect 9: no cap on line length (a WIT row is read by the csv module).
+def test_a_line_over_the_cap_is_dropped_and_the_next_rows_are_read(tmp_path):
+    rows = fixtures.wit_rows()
+    rows[3] = {**rows[3], "context_page_description": "word " * 1000}  # one 5 kB line
+    path = fixtures.write_wit_tsv_gz(
+        str(tmp_path / "wit_v1.train.all-1.tsv.gz"), rows, extra_lines=False
+    )
+    with open(path, "rb") as stream:
+        whole = list(wit.read(stream, path, caption="best"))
+    with open(path, "rb") as stream:
+        capped = list(wit.read(stream, path, caption="best", max_line_bytes=4000))
+    assert len(capped) == len(whole)
+    assert [getattr(r, "reason", "kept") for r in capped] == [
+        "line_too_long" if i == 3 else getattr(r, "reason", "kept") for i, r in enumerate(whole)
+    ]
+    assert capped[3].record_id == whole[3].meta["source"]  # where the row starts
+    assert capped[3].detail.endswith("characters, over the 4000 cap")
+    assert [r.id for r in capped[4:] if isinstance(r, Document)] == [
+        r.id for r in whole[4:] if isinstance(r, Document)
+    ]
