@@ -39,11 +39,14 @@ text
     per 1,000 rows; a process of its own too) on one C4-format
     ``.json.gz`` of C4-like documents (``benchmarks/pack.c4_like_texts``),
     the bundled tokenizer unless ``--tokenizer`` names a model (``bpe8k``:
-    the 8k BPE model of ``benchmarks/pack.py``).
+    the 8k BPE model of ``benchmarks/pack.py``). Then ``corpora build c4``
+    of the first of those files with ``--workers 1`` against ``--workers``
+    (two by default): whether one input file gains from more workers.
 startup
     ``corpora --help``; ``corpora build mmc4-pairs --smoke`` on the bundled
-    sample with 1 and 2 workers; and what ``--help`` imports, by top-level
-    package (``python -X importtime``).
+    sample with the default workers (one, in the ``corpora`` process: the
+    input is small), 1 and 2 workers; and what ``--help`` imports, by
+    top-level package (``python -X importtime``).
 
 Results: ``benchmarks/out/e2e-<time>.json`` (every run, with the load
 average before and after) and a markdown table on stdout.
@@ -418,11 +421,13 @@ def loop_command(source: str, output: str, tokenizer: str | None, args) -> list[
     ]
 
 
-def c4_command(source: str, output: str, tokenizer: str | None, args) -> list[str]:
+def c4_command(
+    source: str, output: str, tokenizer: str | None, args, workers: int | None = None
+) -> list[str]:
     return (
         CORPORA
         + ["build", "c4", "--input", source, "--output", output]
-        + ["--seq-len", str(args.seq_len), "--workers", str(args.workers)]
+        + ["--seq-len", str(args.seq_len), "--workers", str(workers or args.workers)]
         + ["--progress-every", "0"]
         + (["--tokenizer", tokenizer] if tokenizer else [])
     )
@@ -460,6 +465,24 @@ def bench_text(counts: list[int], args, work: str) -> list[dict]:
     return rows
 
 
+def bench_workers(count: int, args, work: str) -> dict:
+    """``corpora build c4`` of one file of ``count`` documents, one worker
+    against ``args.workers``."""
+    tokenizer = tokenizer_path(args.tokenizer)
+    source = c4_file(count)
+    print(f"  text: one file of {count:,} documents, workers", file=sys.stderr, flush=True)
+
+    def build(workers: int) -> dict:
+        output = os.path.join(work, f"c4-workers-{workers}")
+        shutil.rmtree(output, ignore_errors=True)
+        result = run(c4_command(source, output, tokenizer, args, workers))
+        shutil.rmtree(output)
+        return result
+
+    sides = {"1 worker": lambda: build(1), f"{args.workers} workers": lambda: build(args.workers)}
+    return {"documents": count, "runs": alternate(sides, args.repeats)}
+
+
 # ---------------------------------------------------------------- start-up
 
 
@@ -492,18 +515,25 @@ def bench_startup(args, work: str) -> dict:
     print("  start-up", file=sys.stderr, flush=True)
     helps = [run(CORPORA + ["--help"]) for _ in range(max(3, args.repeats))]
 
-    def smoke(workers: int) -> dict:
+    def smoke(workers: int | None) -> dict:
         output = os.path.join(work, f"smoke-{workers}")
         shutil.rmtree(output, ignore_errors=True)
         result = run(
             CORPORA
-            + ["build", "mmc4-pairs", "--smoke", "--output", output]
-            + ["--workers", str(workers), "--progress-every", "0"]
+            + ["build", "mmc4-pairs", "--smoke", "--output", output, "--progress-every", "0"]
+            + (["--workers", str(workers)] if workers else [])
         )
         shutil.rmtree(output)
         return result
 
-    smokes = alternate({"1 worker": lambda: smoke(1), "2 workers": lambda: smoke(2)}, args.repeats)
+    smokes = alternate(
+        {
+            "default workers": lambda: smoke(None),
+            "1 worker": lambda: smoke(1),
+            "2 workers": lambda: smoke(2),
+        },
+        args.repeats,
+    )
     return {"help": helps, "smoke": smokes, "imports": import_costs()}
 
 
@@ -549,6 +579,15 @@ def table(results: dict) -> str:
             f"| {row['documents']:,} C4-like documents, {row['tokenizer']} tokenizer, "
             f"documents/s | plain loop {rate_loop:,.0f} | {rate_ours:,.0f} | "
             f"{rate_ours / rate_loop:.2f} |"
+        )
+    workers = results.get("text_workers")
+    if workers:
+        (one, one_runs), (many, many_runs) = workers["runs"].items()
+        wall_one, wall_many = median(one_runs, "wall_s"), median(many_runs, "wall_s")
+        lines.append(
+            f"| one file of {workers['documents']:,} C4-like documents, wall s "
+            f"(lower is better) | {one} {wall_one:.1f} | {many} {wall_many:.1f} | "
+            f"{wall_many / wall_one:.2f} |"
         )
     startup = results.get("startup")
     if startup:
@@ -633,6 +672,7 @@ def main() -> None:
             results["bare"] = [bench_bare(kind, args.repeats) for kind in kinds]
         if "text" in sections:
             results["text"] = bench_text(text_counts, args, work)
+            results["text_workers"] = bench_workers(text_counts[0], args, work)
         if "startup" in sections:
             results["startup"] = bench_startup(args, work)
     results["machine"]["load_after"] = load()

@@ -16,6 +16,7 @@ from corpora.inputs import InputError
 from pipelines.runners import (
     RUNNER_FLAGS,
     RunnerError,
+    fit_to_input,
     runner_settings_from_flags,
     use_filesystems,
 )
@@ -26,7 +27,7 @@ def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str,
     error, 1 when the pipeline fails."""
     from corpora.lock import LockError
     from corpora.shards.resume import SettingsChanged
-    from pipelines.inputs import input_error_of, resolve_inputs
+    from pipelines.inputs import input_bytes, input_error_of, resolve_inputs
     from pipelines.launch import execute
 
     verbose = logging.getLogger().isEnabledFor(logging.INFO)
@@ -41,11 +42,13 @@ def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str,
                 f"No --input given: building the bundled sample corpus ({settings.inputs[0]})"
             )
         settings = resolve_inputs(settings)
+        if runner_flags["workers"] is None:  # a small build: one worker, in this process
+            runner = fit_to_input(runner, input_bytes(settings))
     if clip_line:
         click.echo(clip_line)
     # remote runners size their own workers unless --workers is given
     shown = runner.runner == "DirectRunner" or runner_flags["workers"] is not None
-    where = f" ({runner.workers} workers)" if shown else ""
+    where = f" ({runner.workers} worker{'s' if runner.workers != 1 else ''})" if shown else ""
     click.echo(f"Building {corpus} → {settings.output} with {runner.runner}{where}")
     click.echo("  " + ", ".join(f"{k}={v}" for k, v in settings.derived().items()))
     if settings.corpus_options:

@@ -108,7 +108,8 @@ def list_corpora() -> None:
     type=click.IntRange(1),
     default=None,
     help="Documents are packed in this many independent groups (by a stable hash of each). "
-    "Default: one per 100,000 documents.",
+    "Default: from the number of documents, never the workers: one per 1,000, at least 64 "
+    "from 64,000 on, at most 100,000 documents a group.",
 )
 @click.option(
     "--pack/--no-pack",
@@ -121,7 +122,8 @@ def list_corpora() -> None:
     "--workers",
     type=click.IntRange(1),
     default=None,
-    help="DirectRunner worker processes (default: all cores); SDK processes per worker elsewhere.",
+    help="DirectRunner worker processes (default: all cores; one, in this process, for inputs "
+    "of 128 KiB or less); SDK processes per worker elsewhere.",
 )
 @click.option("--runner", type=click.Choice(RUNNERS), default=RUNNERS[0], show_default=True)
 @click.option("--job-endpoint", default=None, help="PortableRunner: the job service, HOST:PORT.")

@@ -32,7 +32,7 @@ class BuildSettings:
     pad_id: int | None = None
     image_token_reserved: bool = False  # the image token id is a vocabulary piece set aside
     samples_per_shard: int = 1000
-    pack_groups: int | None = None  # None: one per pack_groups.DOCS_PER_PACK_GROUP documents
+    pack_groups: int | None = None  # None: from the documents (pack_groups.pack_group_count)
     pack: bool = True  # False: one document (or piece of one) per sample
     fetch: FetchSettings = FetchSettings(image_size=336)
     corpus_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)

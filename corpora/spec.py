@@ -160,6 +160,9 @@ class CorpusSpec:
     metadata_filter: Stage | None = None
     # After fetching (and CLIP): (record, settings) -> record or Drop (corpora.layouts).
     layout: Stage | None = None
+    # Whether records carry images to fetch; a text corpus (False) runs no
+    # image stage at all: no spread into batches, no fetch, no attach.
+    images: bool = True
     # A record whose image cannot be fetched is dropped (pairs), rather than
     # losing just that image (interleaved documents).
     drop_on_image_failure: bool = True
@@ -178,6 +181,8 @@ class CorpusSpec:
     def __post_init__(self) -> None:
         if not self.name or not self.unit:
             raise ValueError(f"corpus {self.name!r}: a spec needs a name and a unit")
+        if not self.images and self.clip is not None:
+            raise ValueError(f"corpus {self.name}: a corpus without images cannot use CLIP")
         if self.clip is not None and self.clip not in CLIP_USES:
             raise ValueError(f"corpus {self.name}: clip must be one of {CLIP_USES} or None")
         names = [option.name for option in self.options]

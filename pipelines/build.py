@@ -1,8 +1,17 @@
 """The per-corpus build pipeline.
 
-    read ─► metadata filter ─► fetch images ─► layout ─► tokenize ─► plan packing
-      on metadata (per group, in id order) ─► join bytes back by key
-      ─► number sequences globally ─► write shards ─► manifest.json ─► stats.json
+    read ─► metadata filter ─► spread over the workers ─► fetch images ─► layout
+      ─► tokenize ─► plan packing on metadata (per group, in id order)
+      ─► join bytes back by key ─► number sequences globally ─► write shards
+      ─► manifest.json ─► stats.json
+
+The records are spread over every worker right after the read (the metadata
+filter runs fused with it), so one large input file is fetched and tokenized
+on all workers, not on the one that read it; they cross in batches, as a
+crossing costs per element. A text corpus (``spec.images`` false) runs no
+image stage: its text and tokens cross between workers three times, at the
+spread, at the join of the tokens to the packing plan and at the grouping by
+shard (the plan's metadata crosses twice more); everything between is fused.
 
 Drops from every stage are flattened and counted by reason; the manifest is
 written last, from side inputs, once every shard is complete.
@@ -129,6 +138,12 @@ def build_pipeline(
             t.ApplyStage(spec.metadata_filter, settings, "filter")
         ).with_outputs(t.DROPPED, main="docs")
         docs, drops = filtered.docs, drops + [filtered.dropped]
+    docs = (
+        docs
+        | "SpreadBatches" >> beam.BatchElements(min_batch_size=16, max_batch_size=256)
+        | "Spread" >> beam.Reshuffle()
+        | "Unbatch" >> beam.FlatMap(lambda batch: batch)
+    )
     selection, fraction = None, spec.top_fraction(settings)
     if fraction is not None:  # global, by the corpus's rank (coyo: the precomputed CLIP sum)
         from pipelines.selection import TopFraction
@@ -136,16 +151,21 @@ def build_pipeline(
         selected = docs | "TopFraction" >> TopFraction(spec.rank, fraction)
         docs, drops = selected.kept, drops + [selected.dropped]
         selection = beam.pvalue.AsSingleton(selected.summary)
-    fetched = (
-        docs
-        | "Spread" >> beam.Reshuffle()
-        | "Batch" >> beam.BatchElements(min_batch_size=8, max_batch_size=256)
-        | "Fetch"
-        >> beam.ParDo(t.FetchImages(spec, settings.fetch)).with_outputs(
-            t.DROPPED, t.IMAGES, t.FAILURES, main="docs"
+    if spec.images:
+        fetched = (
+            docs
+            | "Batch" >> beam.BatchElements(min_batch_size=8, max_batch_size=256)
+            | "Fetch"
+            >> beam.ParDo(t.FetchImages(spec, settings.fetch)).with_outputs(
+                t.DROPPED, t.IMAGES, t.FAILURES, main="docs"
+            )
         )
-    )
-    docs, drops, clip_summary = fetched.docs, drops + [fetched.dropped], None
+        docs, drops = fetched.docs, drops + [fetched.dropped]
+        image_outcomes, failures = fetched[t.IMAGES], fetched[t.FAILURES]
+    else:  # the manifest still says that no image was fetched, and failures.parquet is empty
+        image_outcomes = pipeline | "NoImages" >> beam.Create([])
+        failures = pipeline | "NoFailures" >> beam.Create([])
+    clip_summary = None
     if settings.clip is not None:  # needs the image bytes; before the layout places images
         from pipelines.clip import ClipStage, DocumentClipStage
 
@@ -162,8 +182,8 @@ def build_pipeline(
             t.ApplyStage(spec.layout, settings, "layout")
         ).with_outputs(t.DROPPED, main="docs")
         docs, drops = laid_out.docs, drops + [laid_out.dropped]
-    image_counts = fetched[t.IMAGES] | "SumImages" >> beam.CombinePerKey(sum)
-    failure_files = write_failures(fetched[t.FAILURES], settings)
+    image_counts = image_outcomes | "SumImages" >> beam.CombinePerKey(sum)
+    failure_files = write_failures(failures, settings)
     counted = docs | "CountRemovedImages" >> beam.ParDo(t.CountRemovedImages()).with_outputs(
         t.IMAGES_REMOVED, main="docs"
     )

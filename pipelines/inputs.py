@@ -59,6 +59,23 @@ def resolve_inputs(settings: BuildSettings) -> BuildSettings:
     return settings.replace(inputs=tuple(resolved))
 
 
+def input_bytes(settings: BuildSettings) -> int | None:
+    """The size of every file the build's inputs match, in all; ``None`` where
+    a file system does not say (fsspec inputs)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    total = 0
+    for pattern in settings.inputs:
+        if storage.uses_fsspec(pattern):
+            return None
+        try:
+            matched = FileSystems.match([pattern])[0].metadata_list
+        except Exception:  # resolve_inputs matched it already; a flaky store is no reason to fail
+            return None
+        total += sum(metadata.size_in_bytes for metadata in matched)
+    return total
+
+
 def _check_failures_file(path: str) -> None:
     try:
         storage.read_failure_urls(path)

@@ -187,6 +187,8 @@ def _run(
             found = resume.prepare_output(settings, tokenizer.info, overwrite=overwrite)
             prepared = True
         build_pipeline(pipeline, settings, tokenizer)
+        if dry_run and runner.runner == "DirectRunner":  # Beam's FnApiRunner would run it all
+            return BuildOutcome(None, {}, 0.0)
         start = time.monotonic()
         with BuildProgress(settings.output, progress_every if runner.local else 0):
             result = pipeline.run()

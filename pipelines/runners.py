@@ -15,6 +15,11 @@ options classes knows once the chosen runner is loaded (the installed extras'
 classes among them), or be named in ``custom_options`` (the user's own
 ``PipelineOptions``); anything else is refused before the build starts,
 rather than dropped by Beam without a word.
+
+Beam is imported inside the functions that need it, never at the top: every
+``corpora`` command takes :data:`RUNNERS`, :data:`ENVIRONMENTS` and
+:data:`RUNNER_FLAGS` from here for its flags, and ``corpora --help`` must not
+pay Beam's import (3.4 s; ``tests/cli/test_startup.py`` checks it).
 """
 
 from __future__ import annotations
@@ -24,17 +29,18 @@ import difflib
 import functools
 import importlib
 import os
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from apache_beam.options.pipeline_options import (
-    DirectOptions,
-    PipelineOptions,
-    StandardOptions,
-    WorkerOptions,
-)
+if TYPE_CHECKING:
+    from apache_beam.options.pipeline_options import PipelineOptions
 
 RUNNERS = ("DirectRunner", "PortableRunner", "DataflowRunner", "SparkRunner", "FlinkRunner")
 ENVIRONMENTS = ("DOCKER", "PROCESS", "EXTERNAL", "LOOPBACK")
+# A DirectRunner build of inputs this small (the bundled sample is 4 KB) runs
+# one worker inside this process unless --workers says otherwise: each worker
+# process imports Beam and the fetch stack again (3 s and more of CPU), more
+# than the whole build costs.
+SMALL_INPUT_BYTES = 128 * 1024
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYPROJECT = os.path.join(PROJECT_ROOT, "pyproject.toml")
 
@@ -223,6 +229,23 @@ def runner_settings_from_flags(beam_args: Sequence[str] = (), **flags) -> Runner
     return RunnerSettings(**given, beam_args=tuple(beam_args))
 
 
+def fit_to_input(settings: RunnerSettings, input_bytes: int | None) -> RunnerSettings:
+    """``settings`` for inputs of ``input_bytes`` in all (``None``: unknown)
+    when the user did not choose the workers: a small DirectRunner build runs
+    one worker in this process (:data:`SMALL_INPUT_BYTES`).
+
+    >>> fit_to_input(RunnerSettings(workers=8), 9_000).workers
+    1
+    >>> fit_to_input(RunnerSettings(workers=8), 50_000_000).workers
+    8
+    """
+    small = input_bytes is not None and input_bytes <= SMALL_INPUT_BYTES
+    chose_mode = any("direct_running_mode" in arg for arg in settings.beam_args)
+    if settings.runner != "DirectRunner" or not small or chose_mode or settings.workers == 1:
+        return settings
+    return dataclasses.replace(settings, workers=1)
+
+
 def _stages_package(settings: RunnerSettings) -> bool:
     """Whether the workers run in containers that must install this project's
     package (built from pyproject.toml): Dataflow, and Portable/Spark/Flink
@@ -281,6 +304,8 @@ def pipeline_options(
 ) -> PipelineOptions:
     """The Beam options for a run. ``pipeline_options("DirectRunner", 2)`` still
     works for callers that only choose a runner and a worker count."""
+    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, WorkerOptions
+
     if isinstance(settings, str):
         settings = RunnerSettings(runner=settings, workers=workers, beam_args=tuple(beam_args))
     options = PipelineOptions(_flags(settings))
@@ -310,6 +335,8 @@ def use_filesystems(settings: RunnerSettings, verbose: bool = False) -> None:
 
 def make_runner(options: PipelineOptions):
     """The runner object for ``options`` (``None`` lets Beam choose by name)."""
+    from apache_beam.options.pipeline_options import StandardOptions
+
     if options.view_as(StandardOptions).runner not in (None, "DirectRunner"):
         return None
     from apache_beam.portability.api import beam_provision_api_pb2

@@ -89,5 +89,6 @@ SPECS = (
         unit="document",
         read=read_records,
         input_patterns=("*.json.gz", "*.jsonl.gz", "*.json", "*.jsonl"),
+        images=False,
     ),
 )

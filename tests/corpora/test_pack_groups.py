@@ -31,14 +31,31 @@ def test_plan_group_unpacked_gives_one_piece_per_sequence_in_key_order():
 
 
 def test_pack_group_count_depends_on_documents_only():
-    assert pack_groups.pack_group_count(250_000) == 3
+    assert pack_groups.pack_group_count(250_000) == 64
+    assert pack_groups.pack_group_count(25_000_000) == 250
     assert pack_groups.pack_group_count(250_000, 7) == 7
 
 
+def test_a_few_thousand_documents_pack_in_parallel_and_a_sample_in_one_group():
+    # a build of one 20,000-document file packs on up to 20 workers ...
+    assert pack_groups.pack_group_count(20_000) == 20
+    # ... a small input (the bundled sample, the byte-identity fixtures) stays one group
+    assert pack_groups.pack_group_count(pack_groups.MIN_DOCS_PER_PACK_GROUP) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 10**9), st.integers(0, 10**9))
+def test_more_documents_never_make_fewer_groups_nor_groups_too_large(a, b):
+    low, high = sorted((a, b))
+    assert pack_groups.pack_group_count(low) <= pack_groups.pack_group_count(high)
+    groups = pack_groups.pack_group_count(high)
+    assert -(-high // groups) <= pack_groups.DOCS_PER_PACK_GROUP
+
+
 def test_a_document_s_group_depends_on_its_key_and_the_build_only():
-    keys = [pack.doc_key(text_doc(f"doc{i}", [1, i, 2])) for i in range(50)]
-    groups = [pack_groups.group_of(key, 250_000) for key in keys]
-    assert groups == [pack_groups.group_of(key, 250_000) for key in keys]
+    keys = [pack.doc_key(text_doc(f"doc{i}", [1, i, 2])) for i in range(500)]
+    groups = [pack_groups.group_of(key, 3_000) for key in keys]
+    assert groups == [pack_groups.group_of(key, 3_000) for key in keys]
     assert set(groups) == {0, 1, 2}
     assert {pack_groups.group_of(key, 10) for key in keys} == {0}
 

@@ -9,7 +9,7 @@ import pytest
 
 from corpora.inputs import InputError
 from corpora.settings import corpus_settings
-from pipelines.inputs import resolve_inputs
+from pipelines.inputs import input_bytes, resolve_inputs
 from tests import fixtures
 
 
@@ -21,6 +21,14 @@ def test_a_directory_becomes_the_corpus_s_patterns(tmp_path):
         os.path.join(str(tmp_path), pattern)
         for pattern in ("*.json.gz", "*.jsonl.gz", "*.json", "*.jsonl")
     )
+
+
+def test_the_input_size_is_every_matched_file_s_size(tmp_path):
+    first = fixtures.write_c4_json_gz(str(tmp_path), fixtures.c4_lines(), 0, 2)
+    second = fixtures.write_c4_json_gz(str(tmp_path), fixtures.c4_lines()[:1], 1, 2)
+    (tmp_path / "notes.txt").write_text("not matched by c4's patterns")
+    resolved = resolve_inputs(corpus_settings("c4", (str(tmp_path),), "out"))
+    assert input_bytes(resolved) == os.path.getsize(first) + os.path.getsize(second)
 
 
 def test_files_and_globs_stay_as_given(tmp_path):

@@ -25,9 +25,11 @@ from corpora.settings import corpus_settings
 from pipelines.launch import execute
 from pipelines.runners import (
     PYPROJECT,
+    SMALL_INPUT_BYTES,
     RunnerError,
     RunnerSettings,
     check_beam_args,
+    fit_to_input,
     pipeline_options,
     runner_settings_from_flags,
 )
@@ -117,6 +119,37 @@ def test_runner_flags_default_to_every_core_locally_and_one_worker_remotely():
     assert flink.workers == 1 and flink.flink_master == "h:8081"
     with pytest.raises(RunnerError, match="no such runner flag: seq_len"):
         runner_settings_from_flags(seq_len=8)
+
+
+def test_a_small_local_build_runs_one_worker_unless_the_user_chose_more():
+    every_core = RunnerSettings(workers=8)
+    assert fit_to_input(every_core, SMALL_INPUT_BYTES).workers == 1
+    assert fit_to_input(every_core, SMALL_INPUT_BYTES + 1).workers == 8
+    assert fit_to_input(every_core, None).workers == 8  # a size no file system said
+    threads = RunnerSettings(workers=8, beam_args=("--direct_running_mode=multi_threading",))
+    assert fit_to_input(threads, 10).workers == 8
+    portable = RunnerSettings(runner="PortableRunner", workers=8, job_endpoint="localhost:1")
+    assert fit_to_input(portable, 10).workers == 8
+
+
+def test_the_bundled_sample_builds_in_one_process_and_workers_given_stay(tmp_path):
+    quick = ("--smoke", "--progress-every", "0", "--", "--dry_run=True")
+    result = run_cli("build", "mmc4-pairs", "--output", str(tmp_path / "a"), *quick)
+    assert "with DirectRunner (1 worker)" in result.stdout, result.stderr
+    given = run_cli(
+        "build", "mmc4-pairs", "--output", str(tmp_path / "b"), "--workers", "2", *quick
+    )
+    assert "with DirectRunner (2 workers)" in given.stdout, given.stderr
+
+
+def test_a_direct_runner_dry_run_builds_the_pipeline_and_writes_nothing(tmp_path):
+    output = tmp_path / "out"
+    result = run_cli(
+        "build", "mmc4-pairs", "--smoke", "--output", str(output), "--", "--dry_run=True"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Dry run: the DirectRunner job was built" in result.stdout
+    assert not output.exists()
 
 
 def test_portable_spark_and_flink_flags_map_onto_beam_options():
