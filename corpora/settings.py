@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 
 from corpora.clip import ClipSettings
 from corpora.fetch import FetchSettings
+from corpora.store.settings import StoreSettings
 
 PACKAGE_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 SAMPLE_TOKENIZER = os.path.join(PACKAGE_DATA, "sample.model")
@@ -35,6 +36,7 @@ class BuildSettings:
     fetch: FetchSettings = FetchSettings(image_size=336)
     corpus_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     clip: ClipSettings | None = None  # CLIP scoring and filtering (corpora.clip); off when None
+    store: StoreSettings = StoreSettings()  # the image store and img2dataset download, if any
 
     def __post_init__(self) -> None:
         if self.seq_len < 8:

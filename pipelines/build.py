@@ -23,10 +23,12 @@ from corpora.fetch.accounting import write_failures as write_failures_file
 from corpora.settings import BuildSettings
 from corpora.shards.manifest import MANIFEST, build_manifest
 from corpora.spec import CLIP_DOCUMENTS
+from corpora.store.fetching import arrival_summary
 from corpora.tokenizer import Tokenizer
 from pipelines import storage
 from pipelines import transforms as t
 from pipelines.stats import WriteStats, token_ids
+from pipelines.store import MarkComplete
 
 
 def _drop_counts(drops: beam.PCollection) -> beam.PCollection:
@@ -71,6 +73,7 @@ def write_manifest(
     failure_files: list[str] = (),
     clip: dict[str, Any] | None = None,
     selection: dict[str, Any] | None = None,
+    arrived: list[tuple[str, int]] | None = None,
 ) -> dict[str, Any]:
     manifest = build_manifest(
         settings,
@@ -85,6 +88,8 @@ def write_manifest(
     )
     if selection is not None:
         manifest["top_fraction"] = selection  # where the global cut fell
+    if arrived is not None:  # how the images came: fetched now, from the store, a download
+        manifest["images_arrived"] = arrival_summary(dict(arrived))
     storage.write_json(FileSystems.join(settings.output, MANIFEST), manifest)  # last, and atomic
     return manifest
 
@@ -141,10 +146,11 @@ def build_pipeline(
         | "Spread" >> beam.Reshuffle()
         | "Batch" >> beam.BatchElements(min_batch_size=8, max_batch_size=256)
         | "Fetch"
-        >> beam.ParDo(t.FetchImages(spec, settings.fetch)).with_outputs(
-            t.DROPPED, t.IMAGES, t.FAILURES, main="docs"
+        >> beam.ParDo(t.FetchImages(spec, settings.fetch, settings.store)).with_outputs(
+            t.DROPPED, t.IMAGES, t.FAILURES, t.ARRIVED, t.SPLITS, main="docs"
         )
     )
+    _ = fetched[t.SPLITS] | "StoreMarkers" >> MarkComplete(settings.store)
     docs, drops, clip_summary = fetched.docs, drops + [fetched.dropped], None
     if settings.clip is not None:  # needs the image bytes; before the layout places images
         from pipelines.clip import ClipStage, DocumentClipStage
@@ -163,6 +169,7 @@ def build_pipeline(
         ).with_outputs(t.DROPPED, main="docs")
         docs, drops = laid_out.docs, drops + [laid_out.dropped]
     image_counts = fetched[t.IMAGES] | "SumImages" >> beam.CombinePerKey(sum)
+    arrival_counts = fetched[t.ARRIVED] | "SumArrived" >> beam.CombinePerKey(sum)
     failure_files = write_failures(fetched[t.FAILURES], settings)
     counted = docs | "CountRemovedImages" >> beam.ParDo(t.CountRemovedImages()).with_outputs(
         t.IMAGES_REMOVED, main="docs"
@@ -190,6 +197,7 @@ def build_pipeline(
             dropped=beam.pvalue.AsList(_drop_counts(drops)),
             images=beam.pvalue.AsList(image_counts),
             images_removed=beam.pvalue.AsList(removed_counts),
+            arrived=beam.pvalue.AsList(arrival_counts) if settings.store.used else None,
             failure_files=beam.pvalue.AsList(failure_files),
             clip=clip_summary,
             selection=selection,
