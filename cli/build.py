@@ -25,12 +25,14 @@ def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str,
     """Build ``corpus`` with the command line's ``flags``; exit 2 on a usage
     error, 1 when the pipeline fails."""
     from corpora.shards.resume import SettingsChanged
+    from corpora.store import StoreError
     from pipelines.inputs import resolve_inputs
     from pipelines.launch import execute
+    from pipelines.store import check_store
 
     verbose = logging.getLogger().isEnabledFor(logging.INFO)
     runner_flags = {name: flags.pop(name) for name in RUNNER_FLAGS}
-    with usage_errors(FlagError, InputError, RunnerError):
+    with usage_errors(FlagError, InputError, RunnerError, StoreError):
         runner = runner_settings_from_flags(beam_args, **runner_flags)
         use_filesystems(runner, verbose)  # s3 endpoint and keys, for the input checks
         settings = settings_from_flags(corpus, **flags)
@@ -40,6 +42,7 @@ def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str,
                 f"No --input given: building the bundled sample corpus ({settings.inputs[0]})"
             )
         settings = resolve_inputs(settings)
+        check_store(settings.store)
     if clip_line:
         click.echo(clip_line)
     # remote runners size their own workers unless --workers is given

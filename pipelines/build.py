@@ -94,7 +94,7 @@ def write_manifest(
     return manifest
 
 
-def _input_files(pipeline: beam.Pipeline, inputs: Sequence[str]) -> beam.PCollection:
+def input_files(pipeline: beam.Pipeline, inputs: Sequence[str]) -> beam.PCollection:
     """Readable input files: Beam's FileSystems (local, gs://, s3://) match and
     open theirs; fsspec (hf://) inputs are listed here and opened by workers."""
     beam_inputs = [i for i in inputs if not storage.uses_fsspec(i)]
@@ -124,7 +124,7 @@ def build_pipeline(
 ) -> beam.PCollection:
     """Add the build of ``settings.corpus`` to ``pipeline``; returns the manifest."""
     spec = catalog.get(settings.corpus)
-    read = _input_files(pipeline, settings.inputs) | "Read" >> beam.ParDo(
+    read = input_files(pipeline, settings.inputs) | "Read" >> beam.ParDo(
         t.ReadSource(spec, settings)
     ).with_outputs(t.DROPPED, t.INPUT, main="docs")
     drops = [read.dropped]

@@ -3,14 +3,32 @@
 The fetch stage (:class:`pipelines.transforms.FetchImages`) reads and writes
 the store as it fetches; :class:`MarkComplete` then writes each input split's
 completion marker once every fetch worker has committed its parts.
+:func:`fetch_pipeline` is ``corpora fetch``: the download alone.
 """
 
 from __future__ import annotations
 
 import apache_beam as beam
 
-from corpora.store import ImageStore
+from corpora import catalog
+from corpora.settings import BuildSettings
+from corpora.store import ImageStore, Img2DatasetOutput
+from corpora.store.files import Files
 from corpora.store.settings import StoreSettings
+from pipelines.runners import RunnerSettings
+
+
+def check_store(settings: StoreSettings) -> None:
+    """Before a build starts: an ``--images-from`` that is no img2dataset
+    download, or an ``--image-store`` folder that is no store (an img2dataset
+    download given there, an unreadable ``store.json``), raise
+    :class:`corpora.store.StoreError` (one line). A store that does not exist
+    yet is left to the first worker that needs it, so a build without images
+    leaves none behind."""
+    if settings.images_from is not None:
+        Img2DatasetOutput(settings.images_from)
+    if settings.uri is not None and Files(settings.uri).names(""):
+        ImageStore.open(settings.uri)
 
 
 def mark_complete(split: str, settings: StoreSettings) -> str:
@@ -37,3 +55,65 @@ class MarkComplete(beam.PTransform):
             | "OneEach" >> beam.Distinct()
             | "Mark" >> beam.Map(mark_complete, settings=self._settings)
         )
+
+
+def fetch_pipeline(pipeline: beam.Pipeline, settings: BuildSettings) -> None:
+    """``corpora fetch``: a build's stages up to and including the fetch, into
+    ``settings.store`` (read, metadata filter, top fraction, fetch, markers),
+    and nothing after: the records are dropped once their images are kept."""
+    from pipelines import build
+    from pipelines import transforms as t
+
+    spec = catalog.get(settings.corpus)
+    docs = build.input_files(pipeline, settings.inputs) | "Read" >> beam.ParDo(
+        t.ReadSource(spec, settings)
+    ).with_outputs(t.DROPPED, t.INPUT, main="docs")
+    docs = docs.docs
+    if spec.metadata_filter is not None:
+        docs = (
+            docs
+            | "Filter"
+            >> beam.ParDo(t.ApplyStage(spec.metadata_filter, settings, "filter")).with_outputs(
+                t.DROPPED, main="docs"
+            )
+        ).docs
+    fraction = spec.top_fraction(settings)
+    if fraction is not None:
+        from pipelines.selection import TopFraction
+
+        docs = (docs | "TopFraction" >> TopFraction(spec.rank, fraction)).kept
+    fetched = (
+        docs
+        | "Spread" >> beam.Reshuffle()
+        | "Batch" >> beam.BatchElements(min_batch_size=8, max_batch_size=256)
+        | "Fetch"
+        >> beam.ParDo(t.FetchImages(spec, settings.fetch, settings.store)).with_outputs(
+            t.DROPPED, t.IMAGES, t.FAILURES, t.ARRIVED, t.SPLITS, main="docs"
+        )
+    )
+    _ = fetched[t.SPLITS] | "StoreMarkers" >> MarkComplete(settings.store)
+
+
+def run_fetch(settings: BuildSettings, runner: RunnerSettings) -> tuple[dict[str, int], float]:
+    """Run :func:`fetch_pipeline`; the run's ``corpora`` counters
+    (``images.<outcome>``, ``arrived.<arrival>``) and its wall time."""
+    import time
+
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipelines.launch import counters_of
+    from pipelines.runners import RunnerError, make_runner, pipeline_options
+
+    options = pipeline_options(runner)
+    FileSystems.set_options(options)
+    try:
+        pipeline = beam.Pipeline(runner=make_runner(options), options=options)
+    except ValueError as exc:
+        raise RunnerError(
+            f"invalid options for {runner.runner}: {' '.join(str(exc).split())}"
+        ) from None
+    fetch_pipeline(pipeline, settings)
+    start = time.monotonic()
+    result = pipeline.run()
+    result.wait_until_finish()
+    return counters_of(result), time.monotonic() - start

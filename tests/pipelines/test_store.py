@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.parse
 
 import pytest
 
@@ -258,3 +259,49 @@ def test_refetch_failures_retries_only_the_retryable(tmp_path):
         ]
         == 7
     )
+
+
+def test_a_build_from_an_img2dataset_download_keeps_its_images_without_a_request(tmp_path):
+    from tests.corpora.store.test_img2dataset_output import img2dataset_download
+
+    store = str(tmp_path / "store")
+    with ImageServer() as server:
+        given = mmc4_input(
+            str(tmp_path / "docs.jsonl"), server, documents=6, extra=[server.url("/status/404")]
+        )
+        urls = [info["raw_url"] for line in open(given) for info in json.loads(line)["image_info"]]
+        held, absent = urls[:8] + urls[-1:], urls[8:-1]
+        # img2dataset keeps the bodies as served: packed from them, a direct fetch's bytes
+        download = img2dataset_download(tmp_path, held, resize_mode="no", skip_reencode=True)
+        before = len(server.requests)
+        dropped = build(
+            "mmc4-pairs",
+            given,
+            str(tmp_path / "dropped"),
+            "--images-from",
+            download,
+            "--images-absent",
+            "drop",
+            "--no-image-store",
+        )
+        assert len(server.requests) == before  # not one request
+        fetched = build(
+            "mmc4-pairs",
+            given,
+            str(tmp_path / "fetched"),
+            "--images-from",
+            download,
+            "--image-store",
+            store,
+        )
+        assert sorted(server.requests[before:]) == sorted(
+            urllib.parse.urlsplit(u).path for u in absent
+        )
+        build("mmc4-pairs", given, str(tmp_path / "direct"), "--no-image-store")
+    assert dropped["images_arrived"] == {"fetched": 0, "store": 0, "img2dataset": 13}
+    assert dropped["images"]["failed"] == {"http_404": 1, "not_in_download": 4}
+    assert dropped["funnel"]["dropped"] == {"http_404": 1, "not_in_download": 4}
+    assert dropped["funnel"]["kept"] == 8 and balanced(dropped)
+    assert fetched["images_arrived"] == {"fetched": 4, "store": 0, "img2dataset": 9}
+    assert shards(str(tmp_path / "fetched")) == shards(str(tmp_path / "direct"))
+    assert balanced(fetched)
