@@ -42,6 +42,7 @@ from typing import Any
 from corpora import catalog
 from corpora.settings import SAMPLE_TOKENIZER, BuildSettings, corpus_settings, smoke
 from corpora.spec import CLIP_DOCUMENTS, CLIP_PAIRS
+from corpora.store.files import reachable
 from corpora.store.settings import STORE_FOLDER, StoreSettings
 
 # The bundled sample is written to a fixed place, so that running the same
@@ -239,7 +240,8 @@ def _fetch_settings(settings: BuildSettings, given: dict[str, Any]):
 def store_settings(output: str, given: dict[str, Any]) -> StoreSettings:
     """The image store and download of a build writing to ``output``: the
     store is ``OUTPUT/image-store`` unless ``--image-store`` names another
-    or ``--no-image-store`` asks for none.
+    or ``--no-image-store`` asks for none (or the output is in a bucket that
+    fsspec cannot open here: gs:// needs gcsfs, s3:// s3fs).
 
     >>> store_settings("/out", {}).uri
     '/out/image-store'
@@ -255,13 +257,16 @@ def store_settings(output: str, given: dict[str, Any]) -> StoreSettings:
         if given.get("refetch_failures"):
             raise FlagError("--refetch-failures needs an image store (drop --no-image-store)")
     elif uri is None:
-        uri = (
-            output.rstrip("/") + "/" + STORE_FOLDER
-            if "://" in output
-            else (os.path.join(output, STORE_FOLDER))
-        )
+        if "://" not in output:
+            uri = os.path.join(output, STORE_FOLDER)
+        elif reachable(output) is None:  # a bucket fsspec can write here (gcsfs, s3fs)
+            uri = output.rstrip("/") + "/" + STORE_FOLDER
     elif "://" not in uri:
         uri = os.path.abspath(uri)
+    for name, where in (("--image-store", uri), ("--images-from", given.get("images_from"))):
+        why = reachable(where) if where is not None else None
+        if why is not None:
+            raise FlagError(f"{name} {where}: {why}")
     images_from = given.get("images_from")
     if images_from is not None and "://" not in images_from:
         images_from = os.path.abspath(images_from)

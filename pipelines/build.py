@@ -28,7 +28,7 @@ from corpora.tokenizer import Tokenizer
 from pipelines import storage
 from pipelines import transforms as t
 from pipelines.stats import WriteStats, token_ids
-from pipelines.store import MarkComplete
+from pipelines.store import MarkComplete, remove_stash
 
 
 def _drop_counts(drops: beam.PCollection) -> beam.PCollection:
@@ -204,6 +204,7 @@ def build_pipeline(
         )
     )
     _ = manifest | "Stats" >> WriteStats(packed["sequence_stats"], settings.output)
+    _ = manifest | "RemoveStash" >> beam.Map(remove_stash, output=settings.output)
     return manifest
 
 

@@ -8,14 +8,53 @@ completion marker once every fetch worker has committed its parts.
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import apache_beam as beam
 
-from corpora import catalog
+from corpora import catalog, pack
 from corpora.settings import BuildSettings
 from corpora.store import ImageStore, Img2DatasetOutput
 from corpora.store.files import Files
 from corpora.store.settings import StoreSettings
+from corpora.store.stash import STASH, stash_images, stash_writer
 from pipelines.runners import RunnerSettings
+
+
+class StashImages(beam.DoFn):
+    """Tokenized documents → ``(key, document)`` with the images written to the
+    build's stash and carried as references (:mod:`corpora.store.stash`); the
+    key is :func:`corpora.pack.doc_key`, taken while the bytes are there."""
+
+    def __init__(self, output: str):
+        self._root = stash_root(output)
+        self._writer = None
+
+    def start_bundle(self) -> None:
+        self._writer = stash_writer(Files(self._root))
+
+    def process(self, doc) -> Iterator:
+        assert self._writer is not None
+        yield pack.doc_key(doc), stash_images(doc, self._writer)
+
+    def finish_bundle(self) -> None:
+        # committed before the bundle's outputs are: the readers come after a grouping
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def stash_root(output: str) -> str:
+    return output.rstrip("/") + "/" + STASH
+
+
+def remove_stash(_, output: str) -> None:
+    """Delete the build's stash once the manifest is written (the shards hold the images)."""
+    files = Files(stash_root(output))
+    try:
+        files.fs.rm(files.path(""), recursive=True)
+    except FileNotFoundError:
+        pass
 
 
 def check_store(settings: StoreSettings) -> None:
@@ -24,10 +63,11 @@ def check_store(settings: StoreSettings) -> None:
     download given there, an unreadable ``store.json``), raise
     :class:`corpora.store.StoreError` (one line). A store that does not exist
     yet is left to the first worker that needs it, so a build without images
-    leaves none behind."""
+    leaves none behind; one in a bucket is left to the workers too (a dry run
+    touches nothing)."""
     if settings.images_from is not None:
         Img2DatasetOutput(settings.images_from)
-    if settings.uri is not None and Files(settings.uri).names(""):
+    if settings.uri is not None and "://" not in settings.uri and Files(settings.uri).names(""):
         ImageStore.open(settings.uri)
 
 

@@ -21,10 +21,13 @@ from corpora.record import Document, Drop
 from corpora.settings import BuildSettings
 from corpora.spec import CorpusSpec
 from corpora.store.fetching import StoreFetch
+from corpora.store.reader import ImageReader
 from corpora.store.settings import StoreSettings
+from corpora.store.stash import unstash_piece
 from corpora.tokenizer import TokenizedDocument, Tokenizer, tokenize_document
 from pipelines import resume, storage
 from pipelines.storage import read_failure_urls
+from pipelines.store import StashImages
 
 DROPPED = "dropped"
 INPUT = "input"
@@ -280,9 +283,19 @@ class WriteShard(beam.DoFn):
         self._settings = settings
         self._pad_id = pad_id
         self._stat_ids = stat_ids
+        self._reader: ImageReader | None = None
+
+    def setup(self) -> None:
+        self._reader = ImageReader()
+
+    def teardown(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
 
     def process(self, element: tuple[int, Iterable[tuple[int, int, pack.Piece]]]) -> Iterator:
-        shard_index, items = element
+        shard_index, pieces = element
+        assert self._reader is not None
+        items = [(n, slot, unstash_piece(piece, self._reader)) for n, slot, piece in pieces]
         settings = self._settings
         corpus = settings.corpus
         name = shards.shard_name(corpus, shard_index)
@@ -344,7 +357,8 @@ class PackSequences(beam.PTransform):
 
     def expand(self, tokenized):
         settings = self._settings
-        keyed = tokenized | "Key" >> beam.Map(lambda d: (pack.doc_key(d), d))
+        # the images go to the stash here: every grouping below carries references
+        keyed = tokenized | "Key" >> beam.ParDo(StashImages(settings.output))
         documents = tokenized | "CountDocuments" >> beam.combiners.Count.Globally()
         planned = (
             tokenized

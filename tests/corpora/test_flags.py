@@ -10,6 +10,7 @@ import pytest
 from corpora import flags
 from corpora.flags import FlagError, settings_from_flags
 from corpora.settings import DEFAULTS, SAMPLE_TOKENIZER
+from corpora.store.files import reachable
 from corpora.store.settings import StoreSettings
 from tests.clip_model import TINY_NAME, tiny_clip  # noqa: F401
 
@@ -28,8 +29,15 @@ def test_no_flags_gives_the_defaults(tmp_path):
 
 def test_the_image_store_flags(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    given = {"inputs": ("docs.jsonl",), "output": "gs://b/out"}
-    assert settings_from_flags("mmc4", **given).store.uri == "gs://b/out/image-store"
+    given = {"inputs": ("docs.jsonl",), "output": "memory://b/out"}
+    assert settings_from_flags("mmc4", **given).store.uri == "memory://b/out/image-store"
+    # a bucket fsspec cannot open here: no default store, and a named one is refused
+    unreachable = reachable("gs://b")
+    in_gs = settings_from_flags("mmc4", inputs=("d.jsonl",), output="gs://b/out").store.uri
+    assert in_gs == (None if unreachable else "gs://b/out/image-store")
+    if unreachable:
+        with pytest.raises(FlagError, match="--image-store gs://b/images: "):
+            settings_from_flags("mmc4", **given, image_store="gs://b/images")
     assert settings_from_flags("mmc4", **given, no_image_store=True).store == StoreSettings()
     chosen = settings_from_flags(
         "mmc4",
