@@ -35,7 +35,6 @@ REASONS = (
     "aspect_ratio_above_max",
     "file_not_found",
     "file_error",
-    "not_in_download",  # --images-from's download lacks it, with --images-absent drop
 )
 # Failures worth another attempt after a pause; every other reason is final.
 TRANSIENT = frozenset({"connection_error", "http_5xx", "http_429"})
