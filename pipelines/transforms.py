@@ -105,12 +105,17 @@ class FetchImages(beam.DoFn):
 
     def setup(self) -> None:
         self._fetcher = fetch.Fetcher(self._settings)
-        if self._store is not None:
-            self._through = StoreFetch(self._store, self._fetcher, self._settings.respect_opt_out)
         self._progress = FetchProgress(self._settings.progress_interval)
         if self._settings.retry_failures:
             self._retry = read_failure_urls(
                 self._settings.retry_failures, self._settings.retry_reasons
+            )
+        if self._store is not None:
+            self._through = StoreFetch(
+                self._store,
+                self._fetcher,
+                self._settings.respect_opt_out,
+                again=self._retry or frozenset(),
             )
 
     def teardown(self) -> None:

@@ -61,8 +61,10 @@ class StoreFetch:
     """One fetch worker's images through the store and a download.
 
     ``fetcher`` is the worker's :class:`~corpora.fetch.Fetcher` (its decode
-    pool also resizes the stored images). Used by one thread; :meth:`close`
-    commits what is open.
+    pool also resizes the stored images). ``again``: URLs whose recorded
+    failures are fetched again all the same (``--retry-failures``' list; an
+    opt-out still only with ``--ignore-opt-out``). Used by one thread;
+    :meth:`close` commits what is open.
     """
 
     def __init__(
@@ -70,9 +72,11 @@ class StoreFetch:
         settings: StoreSettings,
         fetcher,
         respect_opt_out: bool = True,
+        again: frozenset[str] = frozenset(),
         clock: Callable[[], float] = time.time,
     ):
         self.settings = settings
+        self._again = again  # --retry-failures: URLs to fetch again whatever was recorded
         self._fetcher = fetcher
         self._respect_opt_out = respect_opt_out
         self._clock = clock
@@ -111,6 +115,8 @@ class StoreFetch:
     def _wants(self, found: Stored | Failed | Unknown) -> bool:
         if isinstance(found, Failed) and found.reason == "opted_out":
             return not self._respect_opt_out  # --ignore-opt-out asks for them
+        if isinstance(found, Failed) and found.url in self._again:
+            return True
         return needs_fetch(found, self.settings.refetch_failures)
 
     def fetch(self, wanted: Mapping[str, str]) -> Iterator[tuple[str, ImageOutcome, str]]:
