@@ -15,7 +15,7 @@ import apache_beam as beam
 from corpora import catalog, pack
 from corpora.settings import BuildSettings
 from corpora.store import ImageStore, Img2DatasetOutput
-from corpora.store.files import Files
+from corpora.store.files import Files, reachable
 from corpora.store.settings import StoreSettings
 from corpora.store.stash import STASH, stash_images, stash_writer
 from pipelines.runners import RunnerSettings
@@ -28,14 +28,18 @@ class StashImages(beam.DoFn):
 
     def __init__(self, output: str):
         self._root = stash_root(output)
+        # fsspec must reach the output (gs:// needs gcsfs, s3:// s3fs); where it
+        # cannot, the images travel through the shuffles as before
+        self._stashing = reachable(self._root) is None
         self._writer = None
 
     def start_bundle(self) -> None:
-        self._writer = stash_writer(Files(self._root))
+        if self._stashing:
+            self._writer = stash_writer(Files(self._root))
 
     def process(self, doc) -> Iterator:
-        assert self._writer is not None
-        yield pack.doc_key(doc), stash_images(doc, self._writer)
+        key = pack.doc_key(doc)
+        yield key, stash_images(doc, self._writer) if self._writer is not None else doc
 
     def finish_bundle(self) -> None:
         # committed before the bundle's outputs are: the readers come after a grouping
@@ -50,6 +54,8 @@ def stash_root(output: str) -> str:
 
 def remove_stash(_, output: str) -> None:
     """Delete the build's stash once the manifest is written (the shards hold the images)."""
+    if reachable(stash_root(output)) is not None:
+        return  # nothing was stashed
     files = Files(stash_root(output))
     try:
         files.fs.rm(files.path(""), recursive=True)
