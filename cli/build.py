@@ -27,12 +27,14 @@ def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str,
     error, 1 when the pipeline fails."""
     from corpora.lock import LockError
     from corpora.shards.resume import SettingsChanged
+    from corpora.store import StoreError
     from pipelines.inputs import input_bytes, input_error_of, resolve_inputs
     from pipelines.launch import execute
+    from pipelines.store import check_store
 
     verbose = logging.getLogger().isEnabledFor(logging.INFO)
     runner_flags = {name: flags.pop(name) for name in RUNNER_FLAGS}
-    with usage_errors(FlagError, InputError, RunnerError):
+    with usage_errors(FlagError, InputError, RunnerError, StoreError):
         runner = runner_settings_from_flags(beam_args, **runner_flags)
         use_filesystems(runner, verbose)  # s3 endpoint and keys, for the input checks
         settings = settings_from_flags(corpus, **flags)
@@ -42,6 +44,7 @@ def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str,
                 f"No --input given: building the bundled sample corpus ({settings.inputs[0]})"
             )
         settings = resolve_inputs(settings)
+        check_store(settings.store)
         if runner_flags["workers"] is None:  # a small build: one worker, in this process
             runner = fit_to_input(runner, input_bytes(settings))
     if clip_line:

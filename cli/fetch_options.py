@@ -107,6 +107,35 @@ FLAGS: dict[str, dict[str, Any]] = {
         metavar="REASON",
         help="With --retry-failures: only URLs that failed for this reason. Repeatable.",
     ),
+    "--image-store": dict(
+        default=None,
+        metavar="URI",
+        help="Keep every fetched image here and look each URL up here before fetching it "
+        "(a folder, gs://, s3://; shared between builds). Default: OUTPUT/image-store.",
+    ),
+    "--no-image-store": dict(
+        is_flag=True,
+        default=False,
+        help="Keep no image store: fetch every image, keep none.",
+    ),
+    "--refetch-failures": dict(
+        is_flag=True,
+        default=False,
+        help="Fetch again the URLs the image store records as failed with a retryable "
+        "reason (timeout, connection error, 5xx, 429); never the opt-outs.",
+    ),
+    "--images-from": dict(
+        default=None,
+        metavar="DIR",
+        help="Take images from this img2dataset download (output_format webdataset) "
+        "before the store and the network.",
+    ),
+    "--images-absent": dict(
+        type=click.Choice(["fetch", "drop"]),
+        default="fetch",
+        help="With --images-from: fetch the URLs the download lacks, or drop them "
+        "(not_in_download).",
+    ),
 }
 
 

@@ -16,6 +16,7 @@ import click
 from cli import build as build_command
 from cli.common import OneLineGroup, UsageFailure, usage_errors
 from cli.corpus_options import corpus_options, help_for
+from cli.fetch import fetch
 from cli.fetch_options import fetch_options
 from cli.quiet import configure_logging
 from cli.train import train
@@ -363,6 +364,7 @@ def report(path, output, samples, verify):
 # that commands defined in modules of their own join it here: main.add_command(...).
 main = cli
 main.add_command(train)
+main.add_command(fetch)
 
 if __name__ == "__main__":
     main(prog_name="corpora")

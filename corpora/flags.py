@@ -47,6 +47,8 @@ from corpora import catalog
 from corpora.bundled_sample import SAMPLE_IMAGES
 from corpora.settings import SAMPLE_TOKENIZER, BuildSettings, corpus_settings, smoke
 from corpora.spec import CLIP_DOCUMENTS, CLIP_PAIRS
+from corpora.store.files import reachable
+from corpora.store.settings import STORE_FOLDER, StoreSettings
 
 # The bundled sample is written to a fixed place, so that running the same
 # command again resumes the same build.
@@ -99,6 +101,8 @@ CLIP_FLAGS = {
     "clip_top_fraction": "top_fraction",
     "save_embeddings": "save_embeddings",
 }
+# The image store and an img2dataset download (StoreSettings).
+STORE_FLAGS = ("image_store", "no_image_store", "refetch_failures", "images_from", "images_absent")
 OTHER_FLAGS = ("inputs", "output", "smoke", "clip_model", "clip_pretrained")
 
 
@@ -108,7 +112,14 @@ class FlagError(ValueError):
 
 def flag_names() -> tuple[str, ...]:
     """Every flag :func:`settings_from_flags` takes, corpus options included."""
-    names = (*OTHER_FLAGS, *BUILD_FLAGS, *FETCH_FLAGS, *CLIP_FLAGS, *catalog.options())
+    names = (
+        *OTHER_FLAGS,
+        *BUILD_FLAGS,
+        *FETCH_FLAGS,
+        *CLIP_FLAGS,
+        *STORE_FLAGS,
+        *catalog.options(),
+    )
     return tuple(dict.fromkeys(names))
 
 
@@ -146,7 +157,9 @@ def settings_from_flags(corpus: str, **flags: Any) -> BuildSettings:
         given["allow_local_files"] = (*given.get("allow_local_files", ()), SAMPLE_IMAGES)
     try:
         settings = corpus_settings(corpus, inputs, output, clip=clip, **fields, **options)
-        settings = settings.replace(fetch=_fetch_settings(settings, given))
+        settings = settings.replace(
+            fetch=_fetch_settings(settings, given), store=store_settings(output, given)
+        )
     except ValueError as exc:
         raise FlagError(str(exc)) from None
     return smoke(settings) if given.get("smoke") else settings
@@ -243,6 +256,45 @@ def _local_directory(given: str) -> str:
     if not os.path.isdir(given):
         raise FlagError(f"--allow-local-files {given}: not a directory")
     return os.path.realpath(given)
+
+
+def store_settings(output: str, given: dict[str, Any]) -> StoreSettings:
+    """The image store and download of a build writing to ``output``: the
+    store is ``OUTPUT/image-store`` unless ``--image-store`` names another
+    or ``--no-image-store`` asks for none (or the output is in a bucket that
+    fsspec cannot open here: gs:// needs gcsfs, s3:// s3fs).
+
+    >>> store_settings("/out", {}).uri
+    '/out/image-store'
+    >>> store_settings("/out", {"no_image_store": True, "refetch_failures": True})
+    Traceback (most recent call last):
+    ...
+    corpora.flags.FlagError: --refetch-failures needs an image store (drop --no-image-store)
+    """
+    uri = given.get("image_store")
+    if given.get("no_image_store"):
+        if uri is not None:
+            raise FlagError("--image-store and --no-image-store contradict each other")
+        if given.get("refetch_failures"):
+            raise FlagError("--refetch-failures needs an image store (drop --no-image-store)")
+    elif uri is None:
+        if "://" not in output:
+            uri = os.path.join(output, STORE_FOLDER)
+        elif reachable(output) is None:  # a bucket fsspec can write here (gcsfs, s3fs)
+            uri = output.rstrip("/") + "/" + STORE_FOLDER
+    elif "://" not in uri:
+        uri = os.path.abspath(uri)
+    for name, where in (("--image-store", uri), ("--images-from", given.get("images_from"))):
+        why = reachable(where) if where is not None else None
+        if why is not None:
+            raise FlagError(f"{name} {where}: {why}")
+    images_from = given.get("images_from")
+    if images_from is not None and "://" not in images_from:
+        images_from = os.path.abspath(images_from)
+    absent = given.get("images_absent") or "fetch"
+    if absent != "fetch" and images_from is None:
+        raise FlagError("--images-absent needs --images-from")
+    return StoreSettings(uri, bool(given.get("refetch_failures")), images_from, absent)
 
 
 def _check_tokenizer(path: str) -> None:

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 from corpora.clip import ClipSettings
 from corpora.fetch import FetchSettings
 from corpora.inputs import MAX_LINE_BYTES
+from corpora.store.settings import StoreSettings
 
 PACKAGE_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 SAMPLE_TOKENIZER = os.path.join(PACKAGE_DATA, "sample.model")
@@ -38,6 +39,7 @@ class BuildSettings:
     corpus_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     clip: ClipSettings | None = None  # CLIP scoring and filtering (corpora.clip); off when None
     max_line_bytes: int = MAX_LINE_BYTES  # a longer input line is dropped as line_too_long
+    store: StoreSettings = StoreSettings()  # the image store and img2dataset download, if any
 
     def __post_init__(self) -> None:
         if self.seq_len < 8:

@@ -32,10 +32,12 @@ from corpora.fetch.accounting import write_failures as write_failures_file
 from corpora.settings import BuildSettings
 from corpora.shards.manifest import MANIFEST, build_manifest
 from corpora.spec import CLIP_DOCUMENTS
+from corpora.store.fetching import arrival_summary
 from corpora.tokenizer import Tokenizer
 from pipelines import storage
 from pipelines import transforms as t
 from pipelines.stats import WriteStats, token_ids
+from pipelines.store import MarkComplete, remove_stash
 
 
 def _drop_counts(drops: beam.PCollection) -> beam.PCollection:
@@ -80,6 +82,7 @@ def write_manifest(
     failure_files: list[str] = (),
     clip: dict[str, Any] | None = None,
     selection: dict[str, Any] | None = None,
+    arrived: list[tuple[str, int]] | None = None,
 ) -> dict[str, Any]:
     manifest = build_manifest(
         settings,
@@ -94,11 +97,13 @@ def write_manifest(
     )
     if selection is not None:
         manifest["top_fraction"] = selection  # where the global cut fell
+    if arrived is not None:  # how the images came: fetched now, from the store, a download
+        manifest["images_arrived"] = arrival_summary(dict(arrived))
     storage.write_json(FileSystems.join(settings.output, MANIFEST), manifest)  # last, and atomic
     return manifest
 
 
-def _input_files(pipeline: beam.Pipeline, inputs: Sequence[str]) -> beam.PCollection:
+def input_files(pipeline: beam.Pipeline, inputs: Sequence[str]) -> beam.PCollection:
     """Readable input files: Beam's FileSystems (local, gs://, s3://) match and
     open theirs; fsspec (hf://) inputs are listed here and opened by workers."""
     beam_inputs = [i for i in inputs if not storage.uses_fsspec(i)]
@@ -128,7 +133,7 @@ def build_pipeline(
 ) -> beam.PCollection:
     """Add the build of ``settings.corpus`` to ``pipeline``; returns the manifest."""
     spec = catalog.get(settings.corpus)
-    read = _input_files(pipeline, settings.inputs) | "Read" >> beam.ParDo(
+    read = input_files(pipeline, settings.inputs) | "Read" >> beam.ParDo(
         t.ReadSource(spec, settings)
     ).with_outputs(t.DROPPED, t.INPUT, main="docs")
     drops = [read.dropped]
@@ -156,15 +161,18 @@ def build_pipeline(
             docs
             | "Batch" >> beam.BatchElements(min_batch_size=8, max_batch_size=256)
             | "Fetch"
-            >> beam.ParDo(t.FetchImages(spec, settings.fetch)).with_outputs(
-                t.DROPPED, t.IMAGES, t.FAILURES, main="docs"
+            >> beam.ParDo(t.FetchImages(spec, settings.fetch, settings.store)).with_outputs(
+                t.DROPPED, t.IMAGES, t.FAILURES, t.ARRIVED, t.SPLITS, main="docs"
             )
         )
+        _ = fetched[t.SPLITS] | "StoreMarkers" >> MarkComplete(settings.store)
         docs, drops = fetched.docs, drops + [fetched.dropped]
         image_outcomes, failures = fetched[t.IMAGES], fetched[t.FAILURES]
+        arrivals = fetched[t.ARRIVED]
     else:  # the manifest still says that no image was fetched, and failures.parquet is empty
         image_outcomes = pipeline | "NoImages" >> beam.Create([])
         failures = pipeline | "NoFailures" >> beam.Create([])
+        arrivals = pipeline | "NoArrivals" >> beam.Create([])
     clip_summary = None
     if settings.clip is not None:  # needs the image bytes; before the layout places images
         from pipelines.clip import ClipStage, DocumentClipStage
@@ -183,6 +191,7 @@ def build_pipeline(
         ).with_outputs(t.DROPPED, main="docs")
         docs, drops = laid_out.docs, drops + [laid_out.dropped]
     image_counts = image_outcomes | "SumImages" >> beam.CombinePerKey(sum)
+    arrival_counts = arrivals | "SumArrived" >> beam.CombinePerKey(sum)
     failure_files = write_failures(failures, settings)
     counted = docs | "CountRemovedImages" >> beam.ParDo(t.CountRemovedImages()).with_outputs(
         t.IMAGES_REMOVED, main="docs"
@@ -210,12 +219,14 @@ def build_pipeline(
             dropped=beam.pvalue.AsList(_drop_counts(drops)),
             images=beam.pvalue.AsList(image_counts),
             images_removed=beam.pvalue.AsList(removed_counts),
+            arrived=beam.pvalue.AsList(arrival_counts) if settings.store.used else None,
             failure_files=beam.pvalue.AsList(failure_files),
             clip=clip_summary,
             selection=selection,
         )
     )
     _ = manifest | "Stats" >> WriteStats(packed["sequence_stats"], settings.output)
+    _ = manifest | "RemoveStash" >> beam.Map(remove_stash, output=settings.output)
     return manifest
 
 

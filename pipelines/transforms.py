@@ -20,9 +20,14 @@ from corpora.pack_groups import group_of, group_offsets, plan_group
 from corpora.record import Document, Drop
 from corpora.settings import BuildSettings
 from corpora.spec import CorpusSpec
+from corpora.store.fetching import StoreFetch
+from corpora.store.reader import ImageReader
+from corpora.store.settings import StoreSettings
+from corpora.store.stash import unstash_piece
 from corpora.tokenizer import TokenizedDocument, Tokenizer, tokenize_document
 from pipelines import resume, storage
 from pipelines.storage import read_failure_urls
+from pipelines.store import StashImages
 
 DROPPED = "dropped"
 INPUT = "input"
@@ -32,6 +37,8 @@ SEQUENCE_STATS = "sequence_stats"
 IMAGES = "images"
 IMAGES_REMOVED = "images_removed"
 FAILURES = "failures"
+ARRIVED = "arrived"
+SPLITS = "splits"
 NAMESPACE = "corpora"
 
 _LOG = logging.getLogger(__name__)
@@ -56,9 +63,12 @@ class ReadSource(beam.DoFn):
     def process(self, readable_file) -> Iterator:
         path = readable_file.metadata.path
         units = 0
+        split = fetch.store_split(path) if self._settings.store.uri is not None else None
         with readable_file.open() as stream:
             for result in self._spec.read(stream, path, self._settings):
                 units += result.count if isinstance(result, Drop) else 1
+                if split is not None and isinstance(result, Document):
+                    result = result.with_meta(**{fetch.STORE_SPLIT: split})
                 yield _route(result, "read")
         Metrics.counter(NAMESPACE, "input").inc(units)
         yield beam.pvalue.TaggedOutput(INPUT, units)
@@ -70,11 +80,24 @@ class FetchImages(beam.DoFn):
     Besides the records (and drops), emits on ``images`` an ``(outcome, n)``
     per outcome (``ok`` or a reason) for every image that reached the stage,
     and on ``failures`` one row per failed URL for ``failures.parquet``.
+
+    With a store or an img2dataset download (``store``), URLs are looked up
+    there first (:class:`corpora.store.fetching.StoreFetch`); ``arrived``
+    then counts ``(arrival, n)`` (``fetched``, ``store``, ``img2dataset``)
+    and ``splits`` names each input split the stage saw, for its marker.
     """
 
-    def __init__(self, spec: CorpusSpec, settings: fetch.FetchSettings):
+    def __init__(
+        self,
+        spec: CorpusSpec,
+        settings: fetch.FetchSettings,
+        store: StoreSettings | None = None,
+    ):
         self._spec = spec
         self._settings = settings
+        self._store = store if store is not None and store.used else None
+        self._through: StoreFetch | None = None
+        self._splits: set[str] = set()
         self._fetcher: fetch.Fetcher | None = None
         self._retry: frozenset[str] | None = None
         self._progress: FetchProgress | None = None
@@ -87,10 +110,22 @@ class FetchImages(beam.DoFn):
             self._retry = read_failure_urls(
                 self._settings.retry_failures, self._settings.retry_reasons
             )
+        if self._store is not None:
+            self._through = StoreFetch(
+                self._store,
+                self._fetcher,
+                self._settings.respect_opt_out,
+                again=self._retry or frozenset(),
+            )
 
     def teardown(self) -> None:
+        if self._through is not None:
+            self._through.close()
         if self._fetcher is not None:
             self._fetcher.close()
+
+    def start_bundle(self) -> None:
+        self._splits = set()
 
     def finish_bundle(self) -> None:
         # a closing line for the work since the last one, so a short bundle reports too
@@ -111,10 +146,19 @@ class FetchImages(beam.DoFn):
                 yield _route(selected, "fetch")
             else:
                 docs.append(selected)
-        urls = dict.fromkeys(img.url for doc in docs for img in doc.images if not img.fetched)
-        results = {}
-        for url, outcome in self._fetcher.fetch(urls):
-            results[url] = outcome
+        urls = {}  # url → the input split of the first record holding it
+        for doc in docs:
+            split = doc.meta.get(fetch.STORE_SPLIT, "")
+            for img in doc.images:
+                if not img.fetched:
+                    urls.setdefault(img.url, split)
+        if self._through is None:
+            fetched = ((url, outcome, "fetched") for url, outcome in self._fetcher.fetch(urls))
+        else:
+            fetched = self._through.fetch(urls)
+        results, arrivals = {}, {}
+        for url, outcome, arrival in fetched:
+            results[url], arrivals[url] = outcome, arrival
             self._progress.update(outcome.ok)
             if not outcome.ok:
                 yield beam.pvalue.TaggedOutput(
@@ -132,7 +176,21 @@ class FetchImages(beam.DoFn):
         for outcome, count in counts.items():
             Metrics.counter(NAMESPACE, f"images.{outcome}").inc(count)
             yield beam.pvalue.TaggedOutput(IMAGES, (outcome, count))
+        if self._through is not None:
+            self._through.commit()  # a kill from here on refetches nothing of this batch
+            arrived = collections.Counter(
+                arrivals[img.url] for doc in docs for img in doc.images if not img.fetched
+            )
+            for arrival, count in arrived.items():
+                Metrics.counter(NAMESPACE, f"arrived.{arrival}").inc(count)
+                yield beam.pvalue.TaggedOutput(ARRIVED, (arrival, count))
         for doc in docs:
+            split = doc.meta.get(fetch.STORE_SPLIT)
+            if split is not None:
+                doc = fetch.without_store_split(doc)
+                if split not in self._splits:
+                    self._splits.add(split)
+                    yield beam.pvalue.TaggedOutput(SPLITS, split)
             yield _route(
                 fetch.attach_images(doc, results, self._spec.drop_on_image_failure), "fetch"
             )
@@ -230,9 +288,19 @@ class WriteShard(beam.DoFn):
         self._settings = settings
         self._pad_id = pad_id
         self._stat_ids = stat_ids
+        self._reader: ImageReader | None = None
+
+    def setup(self) -> None:
+        self._reader = ImageReader()
+
+    def teardown(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
 
     def process(self, element: tuple[int, Iterable[tuple[int, int, pack.Piece]]]) -> Iterator:
-        shard_index, items = element
+        shard_index, pieces = element
+        assert self._reader is not None
+        items = [(n, slot, unstash_piece(piece, self._reader)) for n, slot, piece in pieces]
         settings = self._settings
         corpus = settings.corpus
         name = shards.shard_name(corpus, shard_index)
@@ -294,7 +362,8 @@ class PackSequences(beam.PTransform):
 
     def expand(self, tokenized):
         settings = self._settings
-        keyed = tokenized | "Key" >> beam.Map(lambda d: (pack.doc_key(d), d))
+        # the images go to the stash here: every grouping below carries references
+        keyed = tokenized | "Key" >> beam.ParDo(StashImages(settings.output))
         documents = tokenized | "CountDocuments" >> beam.combiners.Count.Globally()
         planned = (
             tokenized

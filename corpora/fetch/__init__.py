@@ -20,7 +20,13 @@ Nothing here raises for a bad URL or a bad image. One module per job:
 - :mod:`~corpora.fetch.progress`: a worker's progress line.
 """
 
-from corpora.fetch.attach import attach_images, select_for_retry
+from corpora.fetch.attach import (
+    STORE_SPLIT,
+    attach_images,
+    select_for_retry,
+    store_split,
+    without_store_split,
+)
 from corpora.fetch.attempt import opted_out
 from corpora.fetch.guard import address_allowed, address_is_public
 from corpora.fetch.image import process_image
@@ -36,6 +42,7 @@ from corpora.fetch.settings import (
 __all__ = [
     "REASONS",
     "RESIZE_MODES",
+    "STORE_SPLIT",
     "USER_AGENT",
     "FetchSettings",
     "Fetcher",
@@ -46,4 +53,6 @@ __all__ = [
     "opted_out",
     "process_image",
     "select_for_retry",
+    "store_split",
+    "without_store_split",
 ]

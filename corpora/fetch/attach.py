@@ -1,4 +1,5 @@
-"""Fetched images into their records, and the records a retry build fetches."""
+"""Fetched images into their records, the records a retry build fetches, and
+the input split a record's images are stored under."""
 
 from __future__ import annotations
 
@@ -8,6 +9,30 @@ from typing import Mapping
 
 from corpora.fetch.settings import ImageOutcome
 from corpora.record import Document, Drop, ImageChunk
+from corpora.store.keys import split_name
+
+# A record's input split (corpora.store.split_name), set where it is read when
+# the build has an image store and removed by the fetch stage, so no shard holds it.
+STORE_SPLIT = "store_split"
+
+
+def store_split(input_path: str) -> str:
+    """The image-store split of the records read from ``input_path``.
+
+    >>> store_split("gs://bucket/mmc4/docs_shard_0_v2.jsonl")
+    'docs_shard_0_v2.jsonl'
+    """
+    return split_name(input_path)
+
+
+def without_store_split(doc: Document) -> Document:
+    """``doc`` without its split (what it was read as).
+
+    >>> doc = Document("d", "mmc4", (), meta={STORE_SPLIT: "x.jsonl", "a": 1})
+    >>> without_store_split(doc).meta
+    {'a': 1}
+    """
+    return doc.replace(meta={k: v for k, v in doc.meta.items() if k != STORE_SPLIT})
 
 
 def select_for_retry(doc: Document, urls: frozenset[str] | set[str]) -> Document | Drop:

@@ -72,6 +72,9 @@ class Fetcher:
     ``fetch(urls)`` yields ``(url, ImageOutcome)`` in completion order. One
     Fetcher is used by one thread at a time (a Beam DoFn instance holds one).
     ``clock`` and ``sleep`` are injectable, so a test can drive time.
+    ``on_body(url, body, status)``, when set, receives each body as the server
+    sent it, before it is decoded, on the thread that iterates ``fetch`` (the
+    image store keeps the originals this way).
     """
 
     def __init__(
@@ -95,6 +98,7 @@ class Fetcher:
             settings.decode_threads or os.cpu_count() or 1, thread_name_prefix="fetch-decode"
         )
         self._random = random.Random(0)
+        self.on_body: Callable[[str, bytes, int | None], None] | None = None
 
     def close(self) -> None:
         self.io.shutdown(wait=False, cancel_futures=True)
@@ -267,6 +271,8 @@ class Schedule:
         return None
 
     def decode(self, task: Task, result: Attempt) -> None:
+        if self.fetcher.on_body is not None:
+            self.fetcher.on_body(task.url, result.data or b"", result.status)
         future = self.fetcher.decoder.submit(process_image, result.data or b"", self.settings)
         self.decoding[future] = (task, result.status)
         future.add_done_callback(self._completed.put)

@@ -25,8 +25,9 @@ STATE_DIR = ".corpora"
 BUILD_STATE = f"{STATE_DIR}/build.json"
 SHARD_MARKERS = f"{STATE_DIR}/shards"
 # Settings that say where a build reads, not what it writes: the bundled sample
-# is materialised into a new temporary directory on every run.
-_NOT_SHAPING = ("output",)
+# is materialised into a new temporary directory on every run; the image store
+# and an img2dataset download are where images are found (corpora.store.settings).
+_NOT_SHAPING = ("output", "store")
 _FETCH_NOT_SHAPING = ("progress_interval",)  # how often a worker reports, not what it fetches
 
 

@@ -18,6 +18,25 @@ def _is_local(root: str) -> bool:
     return "://" not in root or root.startswith("file://")
 
 
+def reachable(root: str) -> str | None:
+    """``None`` when fsspec can open ``root``'s file system here, else why not
+    (``gs://`` needs gcsfs, ``s3://`` s3fs).
+
+    >>> reachable("/tmp/store") is None
+    True
+    """
+    if _is_local(root):
+        return None
+    import fsspec
+
+    protocol = root.split("://", 1)[0]
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except (ImportError, ValueError) as exc:
+        return str(exc).splitlines()[0]
+    return None
+
+
 class Files:
     """Paths relative to one root folder, the same way for every file system."""
 

@@ -245,6 +245,13 @@ class StoreWriter:
             if isinstance(identified, str):
                 return self.add_failure(url, identified, status)
             kind, width, height = identified
+        return self.put(url, body, kind, width, height, status)
+
+    def put(
+        self, url: str, body: bytes, kind: str, width: int, height: int, status: int | None = None
+    ) -> Stored:
+        """Store ``body`` as given, its format and size named by the caller
+        (the build's stash keeps the fetch stage's JPEGs this way, unchecked)."""
         part = self._open()
         key = image_key(url)
         sha256 = hashlib.sha256(body).hexdigest()

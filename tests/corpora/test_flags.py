@@ -11,6 +11,8 @@ from corpora import flags
 from corpora.bundled_sample import SAMPLE_IMAGES
 from corpora.flags import FlagError, settings_from_flags
 from corpora.settings import DEFAULTS, SAMPLE_TOKENIZER
+from corpora.store.files import reachable
+from corpora.store.settings import StoreSettings
 from tests.clip_model import TINY_NAME, tiny_clip  # noqa: F401
 
 
@@ -21,8 +23,41 @@ def test_no_flags_gives_the_defaults(tmp_path):
         inputs=("c4.json.gz",),
         output=str(tmp_path / "out"),
         fetch=dataclasses.replace(DEFAULTS.fetch, progress_interval=flags.PROGRESS_EVERY),
+        store=StoreSettings(str(tmp_path / "out" / "image-store")),
     )
     assert built.tokenizer == SAMPLE_TOKENIZER and built.clip is None
+
+
+def test_the_image_store_flags(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    given = {"inputs": ("docs.jsonl",), "output": "memory://b/out"}
+    assert settings_from_flags("mmc4", **given).store.uri == "memory://b/out/image-store"
+    # a bucket fsspec cannot open here: no default store, and a named one is refused
+    unreachable = reachable("gs://b")
+    in_gs = settings_from_flags("mmc4", inputs=("d.jsonl",), output="gs://b/out").store.uri
+    assert in_gs == (None if unreachable else "gs://b/out/image-store")
+    if unreachable:
+        with pytest.raises(FlagError, match="--image-store gs://b/images: "):
+            settings_from_flags("mmc4", **given, image_store="gs://b/images")
+    assert settings_from_flags("mmc4", **given, no_image_store=True).store == StoreSettings()
+    chosen = settings_from_flags(
+        "mmc4",
+        **given,
+        image_store="shared",
+        refetch_failures=True,
+        images_from="download",
+        images_absent="drop",
+    ).store
+    assert chosen == StoreSettings(
+        str(tmp_path / "shared"), True, str(tmp_path / "download"), "drop"
+    )
+    for wrong, message in (
+        ({"image_store": "s", "no_image_store": True}, "contradict each other"),
+        ({"no_image_store": True, "refetch_failures": True}, "needs an image store"),
+        ({"images_absent": "drop"}, "--images-absent needs --images-from"),
+    ):
+        with pytest.raises(FlagError, match=message):
+            settings_from_flags("mmc4", **given, **wrong)
 
 
 def test_output_defaults_to_corpora_out_and_is_made_absolute(tmp_path, monkeypatch):

@@ -27,7 +27,7 @@ from corpora.store import (
 from tests.beam_services import python_env
 
 
-def _download(tmp_path, urls: list[str], **options) -> str:
+def img2dataset_download(tmp_path, urls: list[str], **options) -> str:
     """Run img2dataset as a user would (its multiprocessing distributor
     spawns workers, so it runs in a process of its own)."""
     source = str(tmp_path / "urls.parquet")
@@ -81,7 +81,7 @@ def test_every_image_of_an_img2dataset_download_reads_back(tmp_path, image_serve
     }
     # originals kept where they are JPEGs already; the PNG is re-encoded as JPEG
     urls = jpegs + [png] + list(failures)
-    output = _download(tmp_path, urls, resize_mode="no", skip_reencode=True)
+    output = img2dataset_download(tmp_path, urls, resize_mode="no", skip_reencode=True)
 
     download = Img2DatasetOutput(output)
     assert download.shards == ["00000", "00001", "00002"] and download.incomplete == []

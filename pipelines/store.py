@@ -1,0 +1,165 @@
+"""The image store's Beam steps (the store itself is :mod:`corpora.store`).
+
+The fetch stage (:class:`pipelines.transforms.FetchImages`) reads and writes
+the store as it fetches; :class:`MarkComplete` then writes each input split's
+completion marker once every fetch worker has committed its parts.
+:func:`fetch_pipeline` is ``corpora fetch``: the download alone.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import apache_beam as beam
+
+from corpora import catalog, pack
+from corpora.settings import BuildSettings
+from corpora.store import ImageStore, Img2DatasetOutput
+from corpora.store.files import Files, reachable
+from corpora.store.settings import StoreSettings
+from corpora.store.stash import STASH, stash_images, stash_writer
+from pipelines.runners import RunnerSettings
+
+
+class StashImages(beam.DoFn):
+    """Tokenized documents → ``(key, document)`` with the images written to the
+    build's stash and carried as references (:mod:`corpora.store.stash`); the
+    key is :func:`corpora.pack.doc_key`, taken while the bytes are there."""
+
+    def __init__(self, output: str):
+        self._root = stash_root(output)
+        # fsspec must reach the output (gs:// needs gcsfs, s3:// s3fs); where it
+        # cannot, the images travel through the shuffles as before
+        self._stashing = reachable(self._root) is None
+        self._writer = None
+
+    def start_bundle(self) -> None:
+        if self._stashing:
+            self._writer = stash_writer(Files(self._root))
+
+    def process(self, doc) -> Iterator:
+        key = pack.doc_key(doc)
+        yield key, stash_images(doc, self._writer) if self._writer is not None else doc
+
+    def finish_bundle(self) -> None:
+        # committed before the bundle's outputs are: the readers come after a grouping
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def stash_root(output: str) -> str:
+    return output.rstrip("/") + "/" + STASH
+
+
+def remove_stash(_, output: str) -> None:
+    """Delete the build's stash once the manifest is written (the shards hold the images)."""
+    if reachable(stash_root(output)) is not None:
+        return  # nothing was stashed
+    files = Files(stash_root(output))
+    try:
+        files.fs.rm(files.path(""), recursive=True)
+    except FileNotFoundError:
+        pass
+
+
+def check_store(settings: StoreSettings) -> None:
+    """Before a build starts: an ``--images-from`` that is no img2dataset
+    download, or an ``--image-store`` folder that is no store (an img2dataset
+    download given there, an unreadable ``store.json``), raise
+    :class:`corpora.store.StoreError` (one line). A store that does not exist
+    yet is left to the first worker that needs it, so a build without images
+    leaves none behind; one in a bucket is left to the workers too (a dry run
+    touches nothing)."""
+    if settings.images_from is not None:
+        Img2DatasetOutput(settings.images_from)
+    if settings.uri is not None and "://" not in settings.uri and Files(settings.uri).names(""):
+        ImageStore.open(settings.uri)
+
+
+def mark_complete(split: str, settings: StoreSettings) -> str:
+    ImageStore.open(settings.uri).mark_complete(split)
+    return split
+
+
+class MarkComplete(beam.PTransform):
+    """The splits a fetch stage saw (``splits``, repeated per bundle) → their
+    markers, written after the last bundle: the grouping in ``Distinct`` waits
+    for every bundle, and a bundle's parts are committed before its outputs
+    are. A build that read images from a download (``--images-from``) leaves
+    its splits unmarked: the images it took from there are not in the store."""
+
+    def __init__(self, settings: StoreSettings):
+        super().__init__()
+        self._settings = settings
+
+    def expand(self, splits):
+        if self._settings.uri is None or self._settings.images_from is not None:
+            return splits | "NoMarkers" >> beam.Filter(lambda _: False)
+        return (
+            splits
+            | "OneEach" >> beam.Distinct()
+            | "Mark" >> beam.Map(mark_complete, settings=self._settings)
+        )
+
+
+def fetch_pipeline(pipeline: beam.Pipeline, settings: BuildSettings) -> None:
+    """``corpora fetch``: a build's stages up to and including the fetch, into
+    ``settings.store`` (read, metadata filter, top fraction, fetch, markers),
+    and nothing after: the records are dropped once their images are kept."""
+    from pipelines import build
+    from pipelines import transforms as t
+
+    spec = catalog.get(settings.corpus)
+    docs = build.input_files(pipeline, settings.inputs) | "Read" >> beam.ParDo(
+        t.ReadSource(spec, settings)
+    ).with_outputs(t.DROPPED, t.INPUT, main="docs")
+    docs = docs.docs
+    if spec.metadata_filter is not None:
+        docs = (
+            docs
+            | "Filter"
+            >> beam.ParDo(t.ApplyStage(spec.metadata_filter, settings, "filter")).with_outputs(
+                t.DROPPED, main="docs"
+            )
+        ).docs
+    fraction = spec.top_fraction(settings)
+    if fraction is not None:
+        from pipelines.selection import TopFraction
+
+        docs = (docs | "TopFraction" >> TopFraction(spec.rank, fraction)).kept
+    fetched = (
+        docs
+        | "Spread" >> beam.Reshuffle()
+        | "Batch" >> beam.BatchElements(min_batch_size=8, max_batch_size=256)
+        | "Fetch"
+        >> beam.ParDo(t.FetchImages(spec, settings.fetch, settings.store)).with_outputs(
+            t.DROPPED, t.IMAGES, t.FAILURES, t.ARRIVED, t.SPLITS, main="docs"
+        )
+    )
+    _ = fetched[t.SPLITS] | "StoreMarkers" >> MarkComplete(settings.store)
+
+
+def run_fetch(settings: BuildSettings, runner: RunnerSettings) -> tuple[dict[str, int], float]:
+    """Run :func:`fetch_pipeline`; the run's ``corpora`` counters
+    (``images.<outcome>``, ``arrived.<arrival>``) and its wall time."""
+    import time
+
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipelines.launch import counters_of
+    from pipelines.runners import RunnerError, make_runner, pipeline_options
+
+    options = pipeline_options(runner)
+    FileSystems.set_options(options)
+    try:
+        pipeline = beam.Pipeline(runner=make_runner(options), options=options)
+    except ValueError as exc:
+        raise RunnerError(
+            f"invalid options for {runner.runner}: {' '.join(str(exc).split())}"
+        ) from None
+    fetch_pipeline(pipeline, settings)
+    start = time.monotonic()
+    result = pipeline.run()
+    result.wait_until_finish()
+    return counters_of(result), time.monotonic() - start

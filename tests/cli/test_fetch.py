@@ -1,0 +1,71 @@
+"""`corpora fetch`: the download alone, into a store a later build packs
+from without a request; and the one-line refusals of the store flags."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from corpora.store import ImageStore
+from tests.helpers import load_manifest, run_cli
+from tests.pipelines.test_store import COMMON, mmc4_input, shards
+from tests.servers import ImageServer
+
+FETCH = ("--allow-private-urls", "--progress-every", "0", "--workers", "1")
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_a_build_after_corpora_fetch_sends_no_request(tmp_path):
+    store = str(tmp_path / "store")
+    with ImageServer() as server:
+        given = mmc4_input(
+            str(tmp_path / "docs.jsonl"), server, documents=5, extra=[server.url("/status/404")]
+        )
+        done = run_cli("fetch", "mmc4", "--input", given, "--image-store", store, *FETCH)
+        assert done.returncode == 0, done.stderr
+        assert "Images: 11 in" in done.stdout and "10 ok, http_404 1" in done.stdout
+        assert "arrived: fetched 11, store 0, img2dataset 0" in done.stdout
+        assert len(server.requests) == 11
+        assert ImageStore.open(store).state("docs.jsonl") == "complete"
+        output = str(tmp_path / "out")
+        built = run_cli("build", "mmc4", "--input", given, "--output", output, *COMMON,
+                        "--image-store", store)  # fmt: skip
+        assert built.returncode == 0, built.stderr
+        assert len(server.requests) == 11  # the build sent none
+        direct = str(tmp_path / "direct")
+        again = run_cli("build", "mmc4", "--input", given, "--output", direct, *COMMON,
+                        "--no-image-store")  # fmt: skip
+        assert again.returncode == 0, again.stderr
+    assert shards(output) == shards(direct)
+    assert load_manifest(output)["images_arrived"] == {"fetched": 0, "store": 11, "img2dataset": 0}
+
+
+def _refused(*args: str) -> str:
+    done = run_cli(*args)
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    return done.stderr
+
+
+def test_store_flags_are_refused_in_one_line(tmp_path):
+    given = str(tmp_path / "docs.jsonl")
+    with open(given, "w") as handle:
+        handle.write("{}\n")
+    build = ("build", "mmc4-pairs", "--input", given, "--output", str(tmp_path / "out"))
+    assert "needs --image-store" in _refused("fetch", "mmc4", "--input", given)
+    assert "contradict" in _refused(*build, "--image-store", "s", "--no-image-store")
+    assert "needs an image store" in _refused(*build, "--no-image-store", "--refetch-failures")
+    assert "--images-absent needs --images-from" in _refused(*build, "--images-absent", "drop")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "no .tar + .parquet shards" in _refused(*build, "--images-from", str(empty))
+    download = tmp_path / "download"
+    download.mkdir()
+    (download / "00000.tar").write_bytes(b"")
+    (download / "00000.parquet").write_bytes(b"")
+    message = _refused(*build, "--image-store", str(download))
+    assert "read with --images-from, not used as an --image-store" in message
+    assert not os.path.exists(download / "store.json")

@@ -1,0 +1,70 @@
+"""StoreFetch against the local image server: outcomes equal a direct
+fetch's, every lasting outcome kept and never fetched again, limits of one
+build not kept, --retry-failures' URLs fetched again."""
+
+from __future__ import annotations
+
+import pytest
+
+from corpora.fetch import Fetcher, FetchSettings
+from corpora.store import UNKNOWN, Failed, ImageStore, Stored
+from corpora.store.fetching import StoreFetch
+from corpora.store.settings import StoreSettings
+from tests.servers import ImageServer
+
+SETTINGS = FetchSettings(image_size=24, allow_private_urls=True, max_bytes=20_000)
+
+
+@pytest.fixture()
+def server():
+    with ImageServer() as srv:
+        yield srv
+
+
+def _fetch(store: str, wanted: dict[str, str], **options) -> dict:
+    with Fetcher(SETTINGS) as fetcher:
+        through = StoreFetch(StoreSettings(store), fetcher, **options)
+        try:
+            return {url: (outcome, arrival) for url, outcome, arrival in through.fetch(wanted)}
+        finally:
+            through.close()
+
+
+def test_outcomes_are_kept_and_read_back_without_a_request(server, tmp_path):
+    store = str(tmp_path / "store")
+    ok, gone, page = (server.url(p) for p in ("/img/50x40/a.jpg", "/status/404", "/text/p"))
+    big = server.url("/img/900x900/big.jpg")  # over max_bytes here: another build may allow it
+    wanted = dict.fromkeys((ok, gone, page, big), "docs.jsonl")
+    with Fetcher(SETTINGS) as fetcher:
+        direct = dict(fetcher.fetch(list(wanted)))
+    first = _fetch(store, wanted)
+    assert {url: arrival for url, (_, arrival) in first.items()} == dict.fromkeys(wanted, "fetched")
+    index = ImageStore.open(store).index(["docs.jsonl"])
+    assert isinstance(index.lookup(ok), Stored)
+    assert (index.lookup(gone).reason, index.lookup(page).reason) == ("http_404", "not_image")
+    assert index.lookup(big) is UNKNOWN
+
+    del server.requests[:]
+    second = _fetch(store, wanted)
+    assert server.requests == ["/img/900x900/big.jpg"]
+    assert {url: arrival for url, (_, arrival) in second.items()} == {
+        ok: "store",
+        gone: "store",
+        page: "store",
+        big: "fetched",
+    }
+    for url, outcome in direct.items():  # what a direct fetch gives, from the store
+        got = second[url][0]
+        assert (got.reason, got.data, got.width, got.height) == (
+            outcome.reason,
+            outcome.data,
+            outcome.width,
+            outcome.height,
+        )
+
+    del server.requests[:]
+    third = _fetch(store, {gone: "docs.jsonl", ok: "docs.jsonl"}, again=frozenset({gone}))
+    assert server.requests == ["/status/404"]  # asked for again; the stored image is not
+    assert third[gone][1] == "fetched" and isinstance(
+        ImageStore.open(store).index(["docs.jsonl"]).lookup(gone), Failed
+    )
