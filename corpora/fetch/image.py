@@ -8,9 +8,10 @@ that a full decode gives byte for byte the JPEG img2dataset's resizer gives
 (the tests compare them) without importing img2dataset, whose package
 imports torch and wandb into every worker.
 
-A large plain JPEG is decoded at 1/2, 1/4 or 1/8 of its size where that
-leaves the resize at least twice the pixels it needs
-(:mod:`corpora.jpeg_draft`): about half the CPU of a web photo, and an output
+A large plain JPEG (a quarter of a megapixel or more) is decoded at 1/2,
+1/4 or 1/8 of its size where that leaves the resize at least twice the
+pixels it needs (:mod:`corpora.jpeg_draft`): about half the CPU of a web
+photo, and an output
 visually equal to the full decode's (PSNR at least 35 dB, tested), not
 byte-equal.
 """
