@@ -7,7 +7,8 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corpora.fetch import REASONS, TRANSIENT
+from corpora.fetch import REASONS
+from corpora.fetch.settings import TRANSIENT
 from corpora.store.outcomes import (
     RETRYABLE,
     UNKNOWN,
