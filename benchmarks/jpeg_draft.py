@@ -1,15 +1,16 @@
-"""Reduced-size JPEG decode: rules for taking a DCT scale, against today's output.
+"""Reduced-size JPEG decode: rules for taking a DCT scale, against the full decode.
 
     python benchmarks/jpeg_draft.py                    # 224 px center crop, the realistic photos
     python benchmarks/jpeg_draft.py --image-size 336
 
-For each rule: the share of photos it decodes reduced, the worst PSNR of the
-final JPEG against today's fetch output (``corpora.fetch.process_image``) and
-the CPU ms per image of decode + resize + encode in one thread. The photos
-are ``benchmarks/e2e.py``'s realistic ones (500-2,000 px, 100-400 KB).
-"fractional" rows resize the decoded image (last block padded) with the
-exact scale ``s * target / side`` in ``cv2.resize`` and crop as
-albumentations' ``CenterCrop`` does, instead of today's resizer.
+For each margin (the side the resize scales must stay at least ``margin``
+times the target after the reduction; ``corpora.jpeg_draft.MARGIN`` is the
+one the fetch uses): the share of photos it decodes reduced, the worst PSNR
+of the final JPEG against the full decode's (``process_image(...,
+reduced_decode=False)``, byte for byte img2dataset's) and the CPU ms per
+image of ``corpora.fetch.image``'s decode + resize + encode in one thread.
+The photos are ``benchmarks/e2e.py``'s realistic ones (500-2,000 px,
+100-400 KB).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ import numpy as np  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from benchmarks.e2e import photo_dir  # noqa: E402
-from corpora.fetch import FetchSettings, _resizer, process_image  # noqa: E402
-from corpora.jpeg_draft import SCALES, reduced_scale, resized_size  # noqa: E402
+from corpora.fetch import FetchSettings, process_image  # noqa: E402
+from corpora.fetch.image import resize_for  # noqa: E402
+from corpora.jpeg_draft import MARGIN, reduced_read_flag, reduced_scale  # noqa: E402
 
 MODE = "center_crop"
 
@@ -42,77 +44,41 @@ def psnr(a: bytes, b: bytes) -> float:
     return float("inf") if mse == 0 else 10 * np.log10(255**2 / mse)
 
 
-def any_scale(width: int, height: int, size: int, margin: float) -> int:
-    """A scale whose rounded-up decode leaves at least ``margin`` x the target."""
-    for scale in SCALES:
-        reduced = (-(-width // scale), -(-height // scale))
-        if (
-            min(reduced) > size
-            and min(reduced) >= margin * size
-            and resized_size(*reduced, size, MODE) == resized_size(width, height, size, MODE)
-        ):
-            return scale
-    return 1
-
-
-def fractional(data: bytes, width: int, height: int, scale: int, size: int) -> bytes:
-    image = Image.open(io.BytesIO(data))
-    image.draft("RGB", (width // scale, height // scale))
-    reduced = np.asarray(image.convert("RGB"))[:, :, ::-1]
-    target_w, target_h = resized_size(width, height, size, MODE)
-    fx, fy = scale * target_w / width, scale * target_h / height
-    resized = cv2.resize(reduced, None, fx=fx, fy=fy, interpolation=cv2.INTER_AREA)
-    resized = resized[:target_h, :target_w]
-    top, left = (target_h - size) // 2, (target_w - size) // 2
-    crop = np.ascontiguousarray(resized[top : top + size, left : left + size])
-    return cv2.imencode(".jpg", crop, [cv2.IMWRITE_JPEG_QUALITY, 95])[1].tobytes()
+def decode_resize_encode(data: bytes, settings: FetchSettings, margin: float | None) -> tuple:
+    """The fetch's plain-JPEG path with the reduction rule at ``margin``
+    (``None``: full decode)."""
+    width, height = Image.open(io.BytesIO(data)).size
+    scale = 1 if margin is None else reduced_scale(width, height, settings.image_size, MODE, margin)
+    if scale == 1:
+        return process_image(data, settings, reduced_decode=False).data, 1
+    pixels = cv2.imdecode(np.frombuffer(data, np.uint8), reduced_read_flag(scale, grey=False))
+    return resize_for(settings)(pixels, scale, width, height)[0], scale
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--image-size", type=int, default=224)
     args = parser.parse_args()
-    size = args.image_size
     photos = []
     for path in sorted(glob.glob(os.path.join(photo_dir("realistic"), "*.jpg"))):
         with open(path, "rb") as handle:
             photos.append(handle.read())
-    settings = FetchSettings(image_size=size, resize_mode=MODE)
-    resize = _resizer(settings)
-    todays = [process_image(data, settings).data for data in photos]
-    rules = [
-        ("today: full decode", lambda w, h: 1, False),
-        ("decoded side > target", lambda w, h: any_scale(w, h, size, 1.0), False),
-        ("decoded side >= 1.5 x target", lambda w, h: any_scale(w, h, size, 1.5), False),
-        ("decoded side >= 2 x target", lambda w, h: any_scale(w, h, size, 2.0), False),
-        ("jpeg_draft: divides, >= 2 x", lambda w, h: reduced_scale(w, h, size, MODE), False),
-        ("fractional resize, >= 2 x", lambda w, h: any_scale(w, h, size, 2.0), True),
-        ("fractional resize, >= 1.5 x", lambda w, h: any_scale(w, h, size, 1.5), True),
-    ]
-    print(f"{len(photos)} realistic photos, {size} px {MODE}, JPEG quality 95")
+    settings = FetchSettings(image_size=args.image_size, resize_mode=MODE)
+    fulls = [decode_resize_encode(data, settings, None)[0] for data in photos]
+    print(f"{len(photos)} realistic photos, {args.image_size} px {MODE}, JPEG quality 95")
     print("| rule | photos reduced | worst PSNR | CPU ms per image |")
     print("|---|---:|---:|---:|")
-    for name, choose, exact in rules:
+    for margin in (None, 1.0, 1.5, MARGIN):
         worst, reduced, seconds = float("inf"), 0, 0.0
-        for data, today in zip(photos, todays):
+        for data, full in zip(photos, fulls):
             started = time.process_time()
-            width, height = Image.open(io.BytesIO(data)).size
-            scale = choose(width, height)
-            if scale == 1:
-                out = resize(io.BytesIO(data))[0]
-            elif exact:
-                out = fractional(data, width, height, scale, size)
-            else:
-                image = Image.open(io.BytesIO(data))
-                image.draft("RGB", (width // scale, height // scale))
-                image.load()
-                stream = io.BytesIO()
-                image.save(stream, "PPM")
-                out = resize(stream)[0]
+            out, scale = decode_resize_encode(data, settings, margin)
             seconds += time.process_time() - started
             if scale > 1:
                 reduced += 1
-                worst = min(worst, psnr(today, out))
+                worst = min(worst, psnr(full, out))
+        name = "full decode" if margin is None else f"side at least {margin:g} x target"
+        name += " (the fetch's rule)" if margin == MARGIN else ""
         print(
             f"| {name} | {reduced / len(photos):.0%} | "
             f"{'' if not reduced else f'{worst:.1f} dB'} | {1000 * seconds / len(photos):.1f} |"

@@ -6,13 +6,16 @@ import concurrent.futures
 import dataclasses
 import io
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from corpora.fetch import RESIZE_MODES, process_image
+from corpora.fetch import RESIZE_MODES, FetchSettings, process_image
 from tests.corpora.fetch.common import FAST
+from tests.generated import realistic_photo
 from tests.servers import image_bytes, png_header_bomb
 
 NO_RESIZE = dataclasses.replace(FAST, resize_mode="no")
@@ -141,3 +144,97 @@ def test_concurrent_decoding_leaves_stdout_and_stderr_alone():
         results = list(pool.map(lambda _: process_image(data, FAST), range(200)))
     assert all(r.reason is None for r in results)
     assert [os.fstat(fd).st_ino for fd in (1, 2)] == before
+
+
+# ---------------------------------------------------------------- the same bytes as img2dataset
+
+
+def img2dataset_output(data: bytes, settings: FetchSettings):
+    """What the fetch stage gave before it had its own resize: img2dataset's
+    resizer on the JPEG itself, or on the normalised pixels as PPM."""
+    os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+    from img2dataset.resizer import ResizeMode, Resizer
+
+    from corpora.fetch.image import _normalise
+
+    image = Image.open(io.BytesIO(data))
+    orientation = image.getexif().get(0x0112, 1)
+    if image.format == "JPEG" and image.mode in ("RGB", "L") and orientation == 1:
+        stream = io.BytesIO(data)
+    else:
+        stream = io.BytesIO()
+        _normalise(image).save(stream, "PPM")
+    resizer = Resizer(
+        image_size=settings.image_size,
+        resize_mode=ResizeMode[settings.resize_mode],
+        resize_only_if_bigger=settings.resize_only_if_bigger,
+        encode_quality=settings.jpeg_quality,
+        encode_format="jpg",
+    )
+    jpeg, width, height, original_width, original_height, error = resizer(stream)
+    assert error is None
+    return jpeg, width, height, original_width, original_height
+
+
+def with_orientation(data: bytes, orientation: int) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return encode(Image.open(io.BytesIO(data)), "JPEG", quality=90, exif=exif)
+
+
+@pytest.fixture(scope="module")
+def inputs() -> dict[str, bytes]:
+    """Realistic photos (500-2,000 px, 100-400 KB), and the other ways in:
+    grey, EXIF-rotated, PNG with alpha, smaller than the target."""
+    photos = {f"photo {index}": realistic_photo(index) for index in range(4)}
+    first = Image.open(io.BytesIO(photos["photo 0"]))
+    photos["grey photo"] = encode(first.convert("L"), "JPEG", quality=90)
+    photos["rotated photo"] = with_orientation(photos["photo 1"], 6)
+    alpha = first.resize((300, 200)).convert("RGBA")
+    alpha.putalpha(Image.linear_gradient("L").resize((300, 200)))
+    photos["png with alpha"] = encode(alpha, "PNG")
+    photos["small photo"] = encode(first.resize((150, 100)), "JPEG", quality=90)
+    photos["small grey"] = encode(first.resize((90, 120)).convert("L"), "JPEG", quality=90)
+    return photos
+
+
+@pytest.mark.parametrize("resize_mode", RESIZE_MODES)
+@pytest.mark.parametrize("image_size, only_if_bigger", [(224, False), (256, True), (333, False)])
+def test_a_full_decode_gives_img2dataset_resizers_bytes(
+    inputs, resize_mode, image_size, only_if_bigger
+):
+    settings = FetchSettings(
+        image_size=image_size,
+        resize_mode=resize_mode,
+        resize_only_if_bigger=only_if_bigger,
+        jpeg_quality=90,
+    )
+    for name, data in inputs.items():
+        result = process_image(data, settings, reduced_decode=False)
+        assert result.reason is None, (name, result)
+        ours = (
+            result.data,
+            result.width,
+            result.height,
+            result.original_width,
+            result.original_height,
+        )
+        assert ours == img2dataset_output(data, settings), name
+
+
+def test_a_fetch_worker_imports_neither_img2dataset_nor_torch_nor_wandb():
+    # img2dataset's package imports its downloader (webdataset → torch,
+    # wandb): seconds of CPU in every worker that only wanted its resizer.
+    code = (
+        "import sys, pipelines.transforms\n"
+        "from corpora.fetch import FetchSettings, process_image\n"
+        "from tests.servers import image_bytes\n"
+        "assert process_image(image_bytes(300, 200, 'x'), FetchSettings(image_size=64)).ok\n"
+        "print(sorted({'img2dataset', 'albumentations', 'torch', 'wandb'} & set(sys.modules)))\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=root
+    )
+    assert done.stdout.strip() == "[]"
