@@ -63,7 +63,9 @@ class ReadSource(beam.DoFn):
     def process(self, readable_file) -> Iterator:
         path = readable_file.metadata.path
         units = 0
-        split = fetch.store_split(path) if self._settings.store.uri is not None else None
+        # the split rides along to the fetch stage, which removes it; a text corpus has none
+        store = self._settings.store.uri is not None and self._spec.images
+        split = fetch.store_split(path) if store else None
         with readable_file.open() as stream:
             for result in self._spec.read(stream, path, self._settings):
                 units += result.count if isinstance(result, Drop) else 1
