@@ -4,12 +4,11 @@ the build run, and what it prints."""
 from __future__ import annotations
 
 import logging
-import sys
 from typing import Any, Sequence
 
 import click
 
-from cli.common import UsageFailure, usage_errors
+from cli.common import UsageFailure, pipeline_failed, usage_errors
 from cli.quiet import only_corpora_lines
 from corpora.flags import FlagError, describe_clip, settings_from_flags
 from corpora.inputs import InputError
@@ -28,7 +27,7 @@ def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str,
     from corpora.lock import LockError
     from corpora.shards.resume import SettingsChanged
     from corpora.store import StoreError
-    from pipelines.inputs import input_bytes, input_error_of, resolve_inputs
+    from pipelines.inputs import input_bytes, resolve_inputs
     from pipelines.launch import execute
     from pipelines.store import check_store
 
@@ -67,17 +66,8 @@ def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str,
             )
     except UsageFailure:
         raise
-    except Exception as exc:  # the pipeline failed: one line, exit 1
-        unreadable = input_error_of(exc)  # …or a worker found an input unreadable: exit 2
-        if unreadable is not None and not verbose:
-            raise UsageFailure(str(unreadable)) from None
-        message = str(exc).strip().splitlines()
-        click.echo(
-            f"corpora: build failed: {message[-1] if message else type(exc).__name__}", err=True
-        )
-        if verbose:
-            raise
-        sys.exit(1)
+    except Exception as exc:  # one line: exit 2 for an unreadable input, 1 otherwise
+        pipeline_failed(exc, "build", verbose)
     if outcome.manifest is None:
         click.echo(
             f"Dry run: the {runner.runner} job was built and validated; nothing was run or written."

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+import sys
+from typing import Iterator, NoReturn
 
 import click
 
@@ -24,6 +25,23 @@ def usage_errors(*kinds: type[Exception]) -> Iterator[None]:
         yield
     except kinds as exc:
         raise UsageFailure(str(exc)) from None
+
+
+def pipeline_failed(exc: Exception, command: str, verbose: bool) -> NoReturn:
+    """End a command whose pipeline raised ``exc``: a worker that found an
+    input unreadable is one line and exit 2; any other failure is one line
+    and exit 1, with the traceback as well under ``-v``."""
+    from pipelines.inputs import input_error_of  # Beam only once a pipeline ran
+
+    unreadable = input_error_of(exc)
+    if unreadable is not None and not verbose:
+        raise UsageFailure(str(unreadable)) from None
+    message = str(exc).strip().splitlines()
+    last = message[-1] if message else type(exc).__name__
+    click.echo(f"corpora: {command} failed: {last}", err=True)
+    if verbose:
+        raise exc
+    sys.exit(1)
 
 
 class OneLineGroup(click.Group):

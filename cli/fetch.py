@@ -10,12 +10,11 @@ guard) and accounting, writing every outcome to ``--image-store``. A later
 from __future__ import annotations
 
 import logging
-import sys
 from typing import Any, Sequence
 
 import click
 
-from cli.common import UsageFailure, usage_errors
+from cli.common import UsageFailure, pipeline_failed, usage_errors
 from cli.corpus_options import corpus_options
 from cli.fetch_options import fetch_options
 from cli.quiet import only_corpora_lines
@@ -90,14 +89,8 @@ def run(
             counters, seconds = run_fetch(settings, runner)
     except UsageFailure:
         raise
-    except Exception as exc:  # the pipeline failed: one line, exit 1
-        message = str(exc).strip().splitlines()
-        click.echo(
-            f"corpora: fetch failed: {message[-1] if message else type(exc).__name__}", err=True
-        )
-        if verbose:
-            raise
-        sys.exit(1)
+    except Exception as exc:  # one line: exit 2 for an unreadable input, 1 otherwise
+        pipeline_failed(exc, "fetch", verbose)
     print_fetch(counters, seconds, settings.store.uri)
 
 

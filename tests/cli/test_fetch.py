@@ -3,6 +3,8 @@ from without a request; and the one-line refusals of the store flags."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 
 import pytest
@@ -69,3 +71,17 @@ def test_store_flags_are_refused_in_one_line(tmp_path):
     message = _refused(*build, "--image-store", str(download))
     assert "read with --images-from, not used as an --image-store" in message
     assert not os.path.exists(download / "store.json")
+
+
+def test_an_input_the_fetch_finds_truncated_is_one_line_and_exit_2(tmp_path):
+    # the same rule as `corpora build`: a worker's unreadable input names the file
+    line = json.dumps({"text_list": ["a"], "image_info": [], "url": "http://a.example/"})
+    whole = gzip.compress((line + "\n").encode() * 2000)
+    path = tmp_path / "docs.jsonl.gz"
+    path.write_bytes(whole[: len(whole) // 2])  # its first bytes read well: the check passes
+    store = str(tmp_path / "store")
+    done = run_cli("fetch", "mmc4", "--input", str(path), "--image-store", store, *FETCH)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"corpora: {path}: Compressed file ended before the end-of-stream marker was reached"
+    ]
