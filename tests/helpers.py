@@ -17,6 +17,23 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Real upstream sample rows, copied into the repository (provenance in its README.md).
 UPSTREAM = os.path.join(REPO, "tests", "data", "upstream")
 
+# `corpora build` flags of a small, quick build against a loopback image server
+SMALL_BUILD = (
+    "--seq-len",
+    "96",
+    "--tokens-per-image",
+    "8",
+    "--image-size",
+    "32",
+    "--samples-per-shard",
+    "3",
+    "--workers",
+    "1",
+    "--allow-private-urls",
+    "--progress-every",
+    "0",
+)
+
 
 def run_cli(
     *args: str, cwd: str | None = None, timeout: float = 600, env: dict[str, str] | None = None

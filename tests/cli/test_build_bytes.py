@@ -23,27 +23,12 @@ import pytest
 
 from tests import fixtures
 from tests.clip_model import tiny_clip  # noqa: F401
-from tests.helpers import run_cli
+from tests.helpers import SMALL_BUILD, run_cli
 from tests.servers import ImageServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 PORT = 28417  # outside Linux's ephemeral range; shared with SO_REUSEPORT
-COMMON = (
-    "--seq-len",
-    "96",
-    "--tokens-per-image",
-    "8",
-    "--image-size",
-    "32",
-    "--samples-per-shard",
-    "3",
-    "--workers",
-    "1",
-    "--allow-private-urls",
-    "--progress-every",
-    "0",
-)
 
 
 def _coyo(directory: str, server: ImageServer) -> str:
@@ -105,7 +90,9 @@ def build_digests(name: str, spec: tuple, directory: str, server: ImageServer, *
     os.makedirs(inputs)
     output = os.path.join(directory, "out")
     given = write_input(inputs, server)
-    result = run_cli("build", corpus, "--input", given, "--output", output, *COMMON, *flags, *extra)
+    result = run_cli(
+        "build", corpus, "--input", given, "--output", output, *SMALL_BUILD, *flags, *extra
+    )
     assert result.returncode == 0, f"{name}: {result.stderr}"
 
     def sha256(file: str) -> str:

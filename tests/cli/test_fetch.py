@@ -10,8 +10,8 @@ import os
 import pytest
 
 from corpora.store import ImageStore
-from tests.helpers import load_manifest, run_cli
-from tests.pipelines.test_store import COMMON, mmc4_input, shards
+from tests.helpers import SMALL_BUILD, load_manifest, run_cli
+from tests.pipelines.test_store import mmc4_input, shards
 from tests.servers import ImageServer
 
 FETCH = ("--allow-private-urls", "--progress-every", "0", "--workers", "1")
@@ -33,12 +33,12 @@ def test_a_build_after_corpora_fetch_sends_no_request(tmp_path):
         assert len(server.requests) == 11
         assert ImageStore.open(store).state("docs.jsonl") == "complete"
         output = str(tmp_path / "out")
-        built = run_cli("build", "mmc4", "--input", given, "--output", output, *COMMON,
+        built = run_cli("build", "mmc4", "--input", given, "--output", output, *SMALL_BUILD,
                         "--image-store", store)  # fmt: skip
         assert built.returncode == 0, built.stderr
         assert len(server.requests) == 11  # the build sent none
         direct = str(tmp_path / "direct")
-        again = run_cli("build", "mmc4", "--input", given, "--output", direct, *COMMON,
+        again = run_cli("build", "mmc4", "--input", given, "--output", direct, *SMALL_BUILD,
                         "--no-image-store")  # fmt: skip
         assert again.returncode == 0, again.stderr
     assert shards(output) == shards(direct)

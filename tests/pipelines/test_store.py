@@ -18,26 +18,11 @@ import urllib.parse
 import pytest
 
 from corpora.store import ImageStore, Stored
-from tests.helpers import REPO, load_manifest, run_cli, write_jsonl
+from tests.helpers import REPO, SMALL_BUILD, load_manifest, run_cli, write_jsonl
 from tests.servers import ImageServer, image_bytes
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(900)]
 
-COMMON = (
-    "--seq-len",
-    "96",
-    "--tokens-per-image",
-    "8",
-    "--image-size",
-    "32",
-    "--samples-per-shard",
-    "3",
-    "--workers",
-    "1",
-    "--allow-private-urls",
-    "--progress-every",
-    "0",
-)
 SENTENCES = [
     "A cup of coffee sits on a wooden table.",
     "The cat sleeps on the windowsill.",
@@ -75,7 +60,7 @@ def mmc4_input(path: str, server: ImageServer, documents: int, extra: list[str] 
 
 
 def build(corpus: str, given: str, output: str, *flags: str) -> dict:
-    done = run_cli("build", corpus, "--input", given, "--output", output, *COMMON, *flags)
+    done = run_cli("build", corpus, "--input", given, "--output", output, *SMALL_BUILD, *flags)
     assert done.returncode == 0, done.stderr
     return load_manifest(output)
 
@@ -189,7 +174,7 @@ def test_a_build_killed_while_fetching_fetches_nothing_the_store_holds(tmp_path)
         given = write_jsonl(str(tmp_path / "docs.jsonl"), rows)
         output, store = str(tmp_path / "out"), str(tmp_path / "store")
         command = [sys.executable, "-m", "cli.main", "build", "mmc4-pairs", "--input", given]
-        command += ["--output", output, "--image-store", store, *COMMON]
+        command += ["--output", output, "--image-store", store, *SMALL_BUILD]
         env = {**os.environ, "PYTHONPATH": REPO}
         process = subprocess.Popen(
             command,
