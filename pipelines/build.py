@@ -36,6 +36,7 @@ from corpora.store.fetching import arrival_summary
 from corpora.tokenizer import Tokenizer
 from pipelines import storage
 from pipelines import transforms as t
+from pipelines.packing import PackSequences
 from pipelines.stats import WriteStats, token_ids
 from pipelines.store import MarkComplete, remove_stash
 
@@ -198,7 +199,7 @@ def build_pipeline(
     )
     removed_counts = counted[t.IMAGES_REMOVED] | "SumRemoved" >> beam.CombinePerKey(sum)
     tokenized = counted.docs | "Tokenize" >> beam.ParDo(t.Tokenize(tokenizer))
-    packed = tokenized | "PackSequences" >> t.PackSequences(
+    packed = tokenized | "PackSequences" >> PackSequences(
         settings, tokenizer.info.pad_id, token_ids(tokenizer.info)
     )
     shard_infos = packed["shards"]

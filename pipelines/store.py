@@ -8,44 +8,15 @@ completion marker once every fetch worker has committed its parts.
 
 from __future__ import annotations
 
-from typing import Iterator
-
 import apache_beam as beam
 
-from corpora import catalog, pack
+from corpora import catalog
 from corpora.settings import BuildSettings
 from corpora.store import ImageStore, Img2DatasetOutput
 from corpora.store.files import Files, reachable
 from corpora.store.settings import StoreSettings
-from corpora.store.stash import STASH, stash_images, stash_writer
+from corpora.store.stash import STASH, STASHES
 from pipelines.runners import RunnerSettings
-
-
-class StashImages(beam.DoFn):
-    """Tokenized documents → ``(key, document)`` with the images written to the
-    build's stash and carried as references (:mod:`corpora.store.stash`); the
-    key is :func:`corpora.pack.doc_key`, taken while the bytes are there."""
-
-    def __init__(self, output: str):
-        self._root = stash_root(output)
-        # fsspec must reach the output (gs:// needs gcsfs, s3:// s3fs); where it
-        # cannot, the images travel through the shuffles as before
-        self._stashing = reachable(self._root) is None
-        self._writer = None
-
-    def start_bundle(self) -> None:
-        if self._stashing:
-            self._writer = stash_writer(Files(self._root))
-
-    def process(self, doc) -> Iterator:
-        key = pack.doc_key(doc)
-        yield key, stash_images(doc, self._writer) if self._writer is not None else doc
-
-    def finish_bundle(self) -> None:
-        # committed before the bundle's outputs are: the readers come after a grouping
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
 
 
 def stash_root(output: str) -> str:
@@ -53,14 +24,17 @@ def stash_root(output: str) -> str:
 
 
 def remove_stash(_, output: str) -> None:
-    """Delete the build's stash once the manifest is written (the shards hold the images)."""
-    if reachable(stash_root(output)) is not None:
-        return  # nothing was stashed
-    files = Files(stash_root(output))
-    try:
-        files.fs.rm(files.path(""), recursive=True)
-    except FileNotFoundError:
-        pass
+    """Delete the build's stash once the manifest is written (the shards hold
+    the images, the documents and the sequences)."""
+    for folder in STASHES:
+        root = output.rstrip("/") + "/" + folder
+        if reachable(root) is not None:
+            return  # nothing was stashed
+        files = Files(root)
+        try:
+            files.fs.rm(files.path(""), recursive=True)
+        except FileNotFoundError:
+            pass
 
 
 def check_store(settings: StoreSettings) -> None:

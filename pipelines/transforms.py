@@ -8,26 +8,20 @@ from __future__ import annotations
 
 import collections
 import logging
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from corpora import fetch, pack, shards, stats
+from corpora import fetch
 from corpora.fetch.progress import FetchProgress
-from corpora.pack_groups import group_of, group_offsets, plan_group
 from corpora.record import Document, Drop
 from corpora.settings import BuildSettings
 from corpora.spec import CorpusSpec
 from corpora.store.fetching import StoreFetch
-from corpora.store.reader import ImageReader
 from corpora.store.settings import StoreSettings
-from corpora.store.stash import unstash_piece
 from corpora.tokenizer import TokenizedDocument, Tokenizer, tokenize_document
-from pipelines import resume, storage
 from pipelines.storage import read_failure_urls
-from pipelines.store import StashImages
 
 DROPPED = "dropped"
 INPUT = "input"
@@ -219,117 +213,6 @@ class Tokenize(beam.DoFn):
         yield tokenize_document(doc, self._tokenizer)
 
 
-def with_group(
-    plan: pack.DocumentPlan, documents: int, pack_groups: int | None
-) -> tuple[int, pack.DocumentPlan]:
-    return group_of(plan.key, documents, pack_groups), plan
-
-
-class PackGroup(beam.DoFn):
-    """Plan one group's packing (:func:`corpora.pack_groups.plan_group`).
-
-    Emits ``(key, (group, sequence, slot, ref))`` per piece; on ``counts``
-    ``(group, sequences)``; on ``kept`` the number of documents packed; empty
-    documents go to ``dropped``.
-    """
-
-    def __init__(self, settings: BuildSettings):
-        self._settings = settings
-
-    def process(self, element: tuple[int, Iterable[pack.DocumentPlan]]) -> Iterator:
-        group, plans = element
-        planned = plan_group(plans, self._settings.seq_len, self._settings.pack)
-        for drop in planned.dropped:
-            yield _route(drop, "pack")
-        count = 0
-        for count, sequence in enumerate(planned.sequences, 1):
-            for slot, ref in enumerate(sequence):
-                yield ref.key, (group, count - 1, slot, ref)
-        Metrics.counter(NAMESPACE, "sequences").inc(count)
-        yield beam.pvalue.TaggedOutput(COUNTS, (group, count))
-        yield beam.pvalue.TaggedOutput(KEPT, planned.kept)
-
-
-class CutPieces(beam.DoFn):
-    """Join a document's bytes back to its planned pieces; number each
-    sequence globally (groups in order) and pick its shard.
-
-    Emits ``(shard, (global_index, slot, piece))``.
-    """
-
-    def __init__(self, samples_per_shard: int):
-        self._samples_per_shard = samples_per_shard
-        self._offsets: dict[int, int] | None = None
-
-    def process(self, element: tuple[str, dict[str, list]], counts: dict[int, int]) -> Iterator:
-        if self._offsets is None:
-            self._offsets = group_offsets(counts)
-        _, joined = element
-        doc = joined["doc"][0]  # documents sharing a key are byte-identical
-        for group, index, slot, ref in joined["place"]:
-            global_index = self._offsets[group] + index
-            yield (
-                global_index // self._samples_per_shard,
-                (global_index, slot, pack.cut_piece(doc, ref)),
-            )
-
-
-class WriteShard(beam.DoFn):
-    """Assemble one shard's sequences from their pieces, write it whole
-    (:func:`pipelines.storage.create_atomically`) and mark it complete; a shard
-    that a previous attempt completed with exactly these bytes is left as it is.
-
-    With ``stat_ids``, each sequence's statistics values
-    (:func:`corpora.stats.sequence_values`) go to the ``sequence_stats``
-    output, so the build's statistics need no second pass over the shards.
-    """
-
-    def __init__(
-        self, settings: BuildSettings, pad_id: int, stat_ids: stats.TokenIds | None = None
-    ):
-        self._settings = settings
-        self._pad_id = pad_id
-        self._stat_ids = stat_ids
-        self._reader: ImageReader | None = None
-
-    def setup(self) -> None:
-        self._reader = ImageReader()
-
-    def teardown(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-
-    def process(self, element: tuple[int, Iterable[tuple[int, int, pack.Piece]]]) -> Iterator:
-        shard_index, pieces = element
-        assert self._reader is not None
-        items = [(n, slot, unstash_piece(piece, self._reader)) for n, slot, piece in pieces]
-        settings = self._settings
-        corpus = settings.corpus
-        name = shards.shard_name(corpus, shard_index)
-        samples = [
-            (shards.sample_key(corpus, shard_index, number % settings.samples_per_shard), sequence)
-            for number, sequence in pack.assemble_sequences(items, settings.seq_len, self._pad_id)
-        ]
-        info = resume.completed_shard(settings.output, name, samples)
-        if info is not None:  # a previous attempt wrote exactly this shard: leave it
-            Metrics.counter(NAMESPACE, "shards.resumed").inc()
-        else:
-            with storage.create_atomically(FileSystems.join(settings.output, name)) as stream:
-                info = shards.write_shard(stream, samples)
-            resume.write_marker(settings.output, name, info)
-            Metrics.counter(NAMESPACE, "shards").inc()
-            Metrics.counter(NAMESPACE, "bytes").inc(info["bytes"])
-        yield {"index": shard_index, "path": name, **info}
-        if self._stat_ids is not None:
-            for _, sequence in samples:
-                yield beam.pvalue.TaggedOutput(
-                    SEQUENCE_STATS,
-                    stats.sequence_values(
-                        sequence.input_ids, sequence.segment_ids, sequence.documents, self._stat_ids
-                    ),
-                )
-
-
 class ApplyStage(beam.DoFn):
     """A one-for-one core stage of (record, settings) -> record or Drop: a
     corpus's metadata filter (before fetch) or its layout (after fetch)."""
@@ -341,57 +224,3 @@ class ApplyStage(beam.DoFn):
 
     def process(self, doc: Document) -> Iterator:
         yield _route(self._stage(doc, self._settings), self._name)
-
-
-class PackSequences(beam.PTransform):
-    """Tokenized documents → shard infos, deterministically and without holding
-    a group's bytes: plan the packing on metadata per group (documents in key
-    order), join the bytes back by key, number sequences globally, write shards.
-    Each step calls the core function :mod:`corpora.pack_groups` names for it.
-
-    The result has ``shards`` (one info dict per shard written), ``kept``
-    (documents packed, per group), ``dropped`` and ``sequence_stats`` (one
-    :class:`corpora.stats.SequenceValues` per sequence, when ``stat_ids`` is given).
-    """
-
-    def __init__(
-        self, settings: BuildSettings, pad_id: int, stat_ids: stats.TokenIds | None = None
-    ):
-        super().__init__()
-        self._settings = settings
-        self._pad_id = pad_id
-        self._stat_ids = stat_ids
-
-    def expand(self, tokenized):
-        settings = self._settings
-        # the images go to the stash here: every grouping below carries references
-        keyed = tokenized | "Key" >> beam.ParDo(StashImages(settings.output))
-        documents = tokenized | "CountDocuments" >> beam.combiners.Count.Globally()
-        planned = (
-            tokenized
-            | "PlanPieces" >> beam.Map(pack.plan_pieces, settings.seq_len)
-            | "Group"
-            >> beam.Map(with_group, beam.pvalue.AsSingleton(documents), settings.pack_groups)
-            | "ByGroup" >> beam.GroupByKey()
-            | "Pack"
-            >> beam.ParDo(PackGroup(settings)).with_outputs(
-                COUNTS, KEPT, DROPPED, main="placements"
-            )
-        )
-        written = (
-            {"doc": keyed, "place": planned.placements}
-            | "JoinBytes" >> beam.CoGroupByKey()
-            | "CutPieces"
-            >> beam.ParDo(CutPieces(settings.samples_per_shard), beam.pvalue.AsDict(planned.counts))
-            | "ByShard" >> beam.GroupByKey()
-            | "WriteShard"
-            >> beam.ParDo(WriteShard(settings, self._pad_id, self._stat_ids)).with_outputs(
-                SEQUENCE_STATS, main="shards"
-            )
-        )
-        return {
-            "shards": written.shards,
-            "kept": planned[KEPT],
-            "dropped": planned[DROPPED],
-            "sequence_stats": written[SEQUENCE_STATS],
-        }

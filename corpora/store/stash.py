@@ -35,6 +35,10 @@ build that carried the bytes.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import pickle
+import uuid
+from typing import Any
 
 from corpora.record import ImageChunk
 from corpora.store.files import Files
@@ -43,6 +47,9 @@ from corpora.store.reader import ImageReader
 from corpora.store.writer import StoreSpec, StoreWriter
 
 STASH = ".corpora/images"  # under the build's output; removed once the manifest is written
+DOCUMENTS = ".corpora/documents"  # the tokenized documents, images as references
+SEQUENCES = ".corpora/sequences"  # each packing group's sequences, as pieces
+STASHES = (STASH, DOCUMENTS, SEQUENCES)
 STASHED = "stashed"  # an image chunk's meta key: (tar, offset, size, sha256) of its bytes
 _SPLIT = "images"
 
@@ -79,3 +86,53 @@ def unstash_chunk(chunk: ImageChunk, reader: ImageReader) -> ImageChunk:
 def unstash_piece(piece, reader: ImageReader):
     """A :class:`~corpora.pack.Piece` with its images' bytes read back."""
     return dataclasses.replace(piece, images=tuple(unstash_chunk(c, reader) for c in piece.images))
+
+
+class BlobWriter:
+    """Pickled values (tokenized documents, a group's sequences) written into
+    files of about ``part_bytes`` under ``files``' root, each part under a
+    fresh name; :meth:`put` returns where a value will be, an
+    :class:`~corpora.store.outcomes.ImageRef` that :func:`read_blob` reads back
+    (SHA-256 checked) once the part is flushed. The caller flushes before it
+    hands the references on.
+
+        >>> import tempfile
+        >>> from corpora.store.reader import ImageReader
+        >>> writer = BlobWriter(Files(tempfile.mkdtemp()))
+        >>> refs = [writer.put({"id": "a"}), writer.put([1, 2, 3])]
+        >>> writer.flush()
+        >>> with ImageReader() as reader:
+        ...     [read_blob(ref, reader) for ref in refs]
+        [{'id': 'a'}, [1, 2, 3]]
+    """
+
+    def __init__(self, files: Files, part_bytes: int = 64 << 20):
+        self._files = files
+        self._part_bytes = part_bytes
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._name = ""
+
+    def put(self, value: Any) -> ImageRef:
+        if not self._parts:
+            self._name = f"{uuid.uuid4().hex}.bin"
+        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        ref = ImageRef(
+            self._files.url(self._name), self._size, len(data), hashlib.sha256(data).hexdigest()
+        )
+        self._parts.append(data)
+        self._size += len(data)
+        if self._size >= self._part_bytes:
+            self.flush()
+        return ref
+
+    def flush(self) -> None:
+        """Write the part being filled (atomically), if it holds anything."""
+        if self._parts:
+            self._files.write(self._name, b"".join(self._parts))
+            self._parts, self._size = [], 0
+
+
+def read_blob(ref: ImageRef, reader: ImageReader) -> Any:
+    """The value :meth:`BlobWriter.put` stored at ``ref``."""
+    return pickle.loads(reader.read(ref))

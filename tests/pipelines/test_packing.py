@@ -10,7 +10,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from corpora import pack, reader
 from corpora.settings import BuildSettings
 from corpora.tokenizer import TokenizedDocument
-from pipelines import transforms as t
+from pipelines.packing import PackSequences
 from tests.corpora.test_pack import make_doc
 from tests.pipelines.direct import direct_pipeline
 
@@ -41,7 +41,7 @@ def test_pack_sequences_in_beam_matches_the_core_packer(tmp_path):
         result = (
             pipeline
             | beam.Create(docs[::-1] + [empty])  # input order must not matter
-            | t.PackSequences(settings, pad_id=0)
+            | PackSequences(settings, pad_id=0)
         )
         assert_that(
             result["dropped"] | "Reason" >> beam.Map(lambda d: (d.reason, d.record_id)),
