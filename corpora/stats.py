@@ -112,14 +112,14 @@ def sequence_values(
     """
     input_ids = np.asarray(input_ids)
     segment_ids = np.asarray(segment_ids)
-    specials = [i for i in (ids.bos_id, ids.eos_id) if i >= 0]
+    if input_ids.shape != segment_ids.shape or input_ids.ndim != 1:
+        raise ValueError(
+            f"input_ids {input_ids.shape} and segment_ids {segment_ids.shape} are not one sequence"
+        )
+    counts = _segment_counts(input_ids, segment_ids, ids)
     pieces = []
     for entry in sorted(documents, key=lambda d: d["segment"]):
-        in_segment = segment_ids == entry["segment"]
-        image = in_segment & (input_ids == ids.image_token_id)
-        special = in_segment & np.isin(input_ids, specials) & ~image
-        image_tokens = int(image.sum())
-        special_tokens = int(special.sum())
+        tokens, image_tokens, special_tokens = counts.get(entry["segment"], (0, 0, 0))
         piece = int(entry.get("piece", 0))
         scores = []
         for img in entry.get("images", []):
@@ -137,7 +137,7 @@ def sequence_values(
                 id=str(entry["id"]),
                 piece=piece,
                 pieces=int(entry.get("pieces", 1)),
-                text_tokens=int(in_segment.sum()) - image_tokens - special_tokens,
+                text_tokens=tokens - image_tokens - special_tokens,
                 image_tokens=image_tokens,
                 special_tokens=special_tokens,
                 images=image_tokens // ids.tokens_per_image,
@@ -147,9 +147,44 @@ def sequence_values(
         )
     return SequenceValues(
         tokens=int(input_ids.shape[0]),
-        padding_tokens=int((segment_ids == 0).sum()),
+        padding_tokens=counts.get(0, (0, 0, 0))[0],
         pieces=tuple(pieces),
     )
+
+
+def _segment_counts(
+    input_ids: np.ndarray, segment_ids: np.ndarray, ids: TokenIds
+) -> dict[Any, tuple[int, int, int]]:
+    """Tokens, image tokens and special tokens per segment id, in one pass.
+
+    A segment is a run of equal ``segment_ids`` (the packer writes each one
+    contiguously); runs of the same id are added up, so any order is counted
+    right. An image slot is never special, even where its id is BOS or EOS.
+    """
+    if not segment_ids.shape[0]:
+        return {}
+    starts = np.flatnonzero(np.concatenate(([True], segment_ids[1:] != segment_ids[:-1])))
+    lengths = np.diff(np.append(starts, segment_ids.shape[0]))
+    image = input_ids == ids.image_token_id
+    special = np.zeros(input_ids.shape, dtype=bool)
+    for token in (ids.bos_id, ids.eos_id):
+        if token >= 0:
+            special |= input_ids == token
+    special &= ~image
+    counts: dict[Any, tuple[int, int, int]] = {}
+    for segment, tokens, image_tokens, special_tokens in zip(
+        segment_ids[starts].tolist(),
+        lengths.tolist(),
+        np.add.reduceat(image, starts, dtype=np.int64).tolist(),
+        np.add.reduceat(special, starts, dtype=np.int64).tolist(),
+    ):
+        before = counts.get(segment, (0, 0, 0))
+        counts[segment] = (
+            before[0] + tokens,
+            before[1] + image_tokens,
+            before[2] + special_tokens,
+        )
+    return counts
 
 
 class StatsAccumulator:

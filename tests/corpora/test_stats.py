@@ -4,6 +4,8 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from corpora import reader, stats
 from corpora.stats import StatsAccumulator, TokenIds, sequence_values
@@ -50,6 +52,115 @@ def test_image_failures_count_once_per_document_not_per_piece():
     assert (
         acc.documents == 1 and acc.split_documents == 1 and acc.text_tokens_per_document == {2: 1}
     )
+
+
+def reference_sequence_values(input_ids, segment_ids, documents, ids) -> stats.SequenceValues:
+    """sequence_values as it was before issue 17: full-length masks per segment."""
+    input_ids = np.asarray(input_ids)
+    segment_ids = np.asarray(segment_ids)
+    specials = [i for i in (ids.bos_id, ids.eos_id) if i >= 0]
+    pieces = []
+    for entry in sorted(documents, key=lambda d: d["segment"]):
+        in_segment = segment_ids == entry["segment"]
+        image = in_segment & (input_ids == ids.image_token_id)
+        special = in_segment & np.isin(input_ids, specials) & ~image
+        image_tokens = int(image.sum())
+        special_tokens = int(special.sum())
+        piece = int(entry.get("piece", 0))
+        scores = []
+        for img in entry.get("images", []):
+            for name, value in sorted((img.get("scores") or {}).items()):
+                if value is not None:
+                    scores.append((name, stats.quantise(value)))
+        failures = ()
+        if piece == 0:
+            failures = tuple(
+                f.get("reason", "unknown")
+                for f in (entry.get("meta") or {}).get("image_failures", [])
+            )
+        pieces.append(
+            stats.SegmentValues(
+                id=str(entry["id"]),
+                piece=piece,
+                pieces=int(entry.get("pieces", 1)),
+                text_tokens=int(in_segment.sum()) - image_tokens - special_tokens,
+                image_tokens=image_tokens,
+                special_tokens=special_tokens,
+                images=image_tokens // ids.tokens_per_image,
+                scores=tuple(scores),
+                image_failures=failures,
+            )
+        )
+    return stats.SequenceValues(
+        tokens=int(input_ids.shape[0]),
+        padding_tokens=int((segment_ids == 0).sum()),
+        pieces=tuple(pieces),
+    )
+
+
+TOKEN_IDS = st.builds(
+    TokenIds,
+    image_token_id=st.sampled_from([9, 1]),  # 1: image slots that share BOS's id
+    bos_id=st.sampled_from([1, -1]),  # -1: a tokenizer without BOS
+    eos_id=st.sampled_from([2, -1]),
+    tokens_per_image=st.sampled_from([1, 2, 3]),
+)
+TOKENS = st.sampled_from([0, 1, 2, 5, 6, 9])  # 0 is pad_id, also a text id inside a segment
+
+
+@st.composite
+def packed_sequences(draw):
+    """A sequence of segments (BOS, image slot runs, text, EOS), then padding;
+    sometimes shuffled, so a segment is not one contiguous run."""
+    input_ids, segment_ids, documents = [], [], []
+    for segment in range(1, draw(st.integers(0, 5)) + 1):
+        tokens = [1] * draw(st.booleans())
+        images = []
+        for _ in range(draw(st.integers(0, 3))):
+            tokens += [9] * draw(st.integers(1, 4)) + draw(st.lists(TOKENS, max_size=6))
+            images.append({"scores": {"matched_sim": draw(st.floats(0, 1))}})
+        tokens += draw(st.lists(TOKENS, max_size=8)) + [2] * draw(st.booleans())
+        input_ids += tokens
+        segment_ids += [segment] * len(tokens)
+        documents.append(
+            {
+                "id": f"d{segment}",
+                "segment": segment,
+                "piece": draw(st.integers(0, 1)),
+                "pieces": 2,
+                "images": images,
+                "meta": {"image_failures": [{"reason": "http_404"}] * draw(st.integers(0, 2))},
+            }
+        )
+    padding = draw(st.integers(0, 6))
+    input_ids += draw(st.lists(TOKENS, min_size=padding, max_size=padding))
+    segment_ids += [0] * padding
+    documents = draw(st.permutations(documents))
+    if draw(st.booleans()):  # a document whose segment holds no token
+        documents.append({"id": "none", "segment": 7})
+    order = np.arange(len(input_ids))
+    if draw(st.booleans()):
+        order = np.array(draw(st.permutations(list(order))), dtype=int)
+    dtype = draw(st.sampled_from([np.int32, np.int64]))
+    return (
+        np.array(input_ids, dtype)[order],
+        np.array(segment_ids, dtype)[order],
+        documents,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(packed_sequences(), TOKEN_IDS)
+def test_sequence_values_equal_the_per_segment_reference(sequence, ids):
+    input_ids, segment_ids, documents = sequence
+    assert sequence_values(input_ids, segment_ids, documents, ids) == reference_sequence_values(
+        input_ids, segment_ids, documents, ids
+    )
+
+
+def test_sequence_values_refuses_arrays_of_different_lengths():
+    with pytest.raises(ValueError, match="not one sequence"):
+        sequence_values(np.array([1, 5, 2]), np.array([1, 1]), [{"id": "a", "segment": 1}], IDS)
 
 
 def split_corpus() -> list[stats.SequenceValues]:
