@@ -41,6 +41,7 @@ def test_pack_sequences_in_beam_matches_the_core_packer(tmp_path):
         result = (
             pipeline
             | beam.Create(docs[::-1] + [empty])  # input order must not matter
+            | beam.BatchElements(min_batch_size=4, max_batch_size=8)
             | PackSequences(settings, pad_id=0)
         )
         assert_that(
