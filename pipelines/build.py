@@ -1,17 +1,18 @@
 """The per-corpus build pipeline.
 
     read ─► metadata filter ─► spread over the workers ─► fetch images ─► layout
-      ─► tokenize ─► plan packing on metadata (per group, in id order)
-      ─► join bytes back by key ─► number sequences globally ─► write shards
-      ─► manifest.json ─► stats.json
+      ─► tokenize ─► pack (:mod:`pipelines.packing`: plan per group, in key
+      order; number sequences globally; write shards) ─► manifest.json ─► stats.json
 
-The records are spread over every worker right after the read (the metadata
-filter runs fused with it), so one large input file is fetched and tokenized
-on all workers, not on the one that read it; they cross in batches, as a
-crossing costs per element. A text corpus (``spec.images`` false) runs no
-image stage: its text and tokens cross between workers three times, at the
-spread, at the join of the tokens to the packing plan and at the grouping by
-shard (the plan's metadata crosses twice more); everything between is fused.
+Records travel in batches (lists of a few hundred) from the read on, since
+Beam's cost is per element; the stages call the core on each record of a
+batch. The batches are spread over every worker right after the read (the
+metadata filter runs fused with it), so one large input file is fetched and
+tokenized on all workers, not on the one that read it; only a reference to
+each batch crosses (:class:`pipelines.transforms.Spread`), and after the
+tokenizer only references to documents and sequences do. A text corpus
+(``spec.images`` false) runs no image stage. A global selection (a top
+fraction, CLIP) takes records one by one and batches them again after.
 
 Drops from every stage are flattened and counted by reason; the manifest is
 written last, from side inputs, once every shard is complete.
@@ -138,36 +139,31 @@ def build_pipeline(
         t.ReadSource(spec, settings)
     ).with_outputs(t.DROPPED, t.INPUT, main="docs")
     drops = [read.dropped]
-    docs = read.docs
+    # from here on records travel in batches (lists): Beam's cost is per element
+    batches = read.docs | "Batches" >> beam.BatchElements(min_batch_size=16, max_batch_size=256)
     if spec.metadata_filter is not None:  # cheap, before any download
-        filtered = docs | "Filter" >> beam.ParDo(
+        filtered = batches | "Filter" >> beam.ParDo(
             t.ApplyStage(spec.metadata_filter, settings, "filter")
         ).with_outputs(t.DROPPED, main="docs")
-        docs, drops = filtered.docs, drops + [filtered.dropped]
-    docs = (
-        docs
-        | "SpreadBatches" >> beam.BatchElements(min_batch_size=16, max_batch_size=256)
-        | "Spread" >> beam.Reshuffle()
-        | "Unbatch" >> beam.FlatMap(lambda batch: batch)
-    )
+        batches, drops = filtered.docs, drops + [filtered.dropped]
+    batches = batches | "Spread" >> t.Spread(settings.output)
     selection, fraction = None, spec.top_fraction(settings)
     if fraction is not None:  # global, by the corpus's rank (coyo: the precomputed CLIP sum)
         from pipelines.selection import TopFraction
 
-        selected = docs | "TopFraction" >> TopFraction(spec.rank, fraction)
-        docs, drops = selected.kept, drops + [selected.dropped]
-        selection = beam.pvalue.AsSingleton(selected.summary)
-    if spec.images:
-        fetched = (
-            docs
-            | "Batch" >> beam.BatchElements(min_batch_size=8, max_batch_size=256)
-            | "Fetch"
-            >> beam.ParDo(t.FetchImages(spec, settings.fetch, settings.store)).with_outputs(
-                t.DROPPED, t.IMAGES, t.FAILURES, t.ARRIVED, t.SPLITS, main="docs"
-            )
+        selected = (
+            batches | "UnbatchToSelect" >> beam.FlatMap(lambda batch: batch)
+        ) | "TopFraction" >> TopFraction(spec.rank, fraction)
+        batches = selected.kept | "Rebatch" >> beam.BatchElements(
+            min_batch_size=16, max_batch_size=256
         )
+        drops, selection = drops + [selected.dropped], beam.pvalue.AsSingleton(selected.summary)
+    if spec.images:
+        fetched = batches | "Fetch" >> beam.ParDo(
+            t.FetchImages(spec, settings.fetch, settings.store)
+        ).with_outputs(t.DROPPED, t.IMAGES, t.FAILURES, t.ARRIVED, t.SPLITS, main="docs")
         _ = fetched[t.SPLITS] | "StoreMarkers" >> MarkComplete(settings.store)
-        docs, drops = fetched.docs, drops + [fetched.dropped]
+        batches, drops = fetched.docs, drops + [fetched.dropped]
         image_outcomes, failures = fetched[t.IMAGES], fetched[t.FAILURES]
         arrivals = fetched[t.ARRIVED]
     else:  # the manifest still says that no image was fetched, and failures.parquet is empty
@@ -183,18 +179,21 @@ def build_pipeline(
             if spec.clip == CLIP_DOCUMENTS
             else ClipStage(settings.clip, settings.output)
         )
-        scored = docs | "Clip" >> stage
-        docs, clip_summary = scored.docs, beam.pvalue.AsSingleton(scored.summary)
+        scored = (batches | "UnbatchToScore" >> beam.FlatMap(lambda batch: batch)) | "Clip" >> stage
+        batches = scored.docs | "RebatchScored" >> beam.BatchElements(
+            min_batch_size=16, max_batch_size=256
+        )
+        clip_summary = beam.pvalue.AsSingleton(scored.summary)
         drops = drops + [scored.dropped]
     if spec.layout is not None:
-        laid_out = docs | "Layout" >> beam.ParDo(
+        laid_out = batches | "Layout" >> beam.ParDo(
             t.ApplyStage(spec.layout, settings, "layout")
         ).with_outputs(t.DROPPED, main="docs")
-        docs, drops = laid_out.docs, drops + [laid_out.dropped]
+        batches, drops = laid_out.docs, drops + [laid_out.dropped]
     image_counts = image_outcomes | "SumImages" >> beam.CombinePerKey(sum)
     arrival_counts = arrivals | "SumArrived" >> beam.CombinePerKey(sum)
     failure_files = write_failures(failures, settings)
-    counted = docs | "CountRemovedImages" >> beam.ParDo(t.CountRemovedImages()).with_outputs(
+    counted = batches | "CountRemovedImages" >> beam.ParDo(t.CountRemovedImages()).with_outputs(
         t.IMAGES_REMOVED, main="docs"
     )
     removed_counts = counted[t.IMAGES_REMOVED] | "SumRemoved" >> beam.CombinePerKey(sum)

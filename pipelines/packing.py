@@ -1,25 +1,25 @@
 """Packing in Beam: tokenized documents → shards, references through the shuffles.
 
-    tokenized documents ─► batches ─► stash (plan each document; write it, its
+    batches of tokenized documents ─► stash (plan each document; write it, its
       images as references) ─► count ─► route plans to packing groups
-      ─► per group: plan, cut, write the sequences to the stash
-      ─► number sequences globally ─► group by shard ─► write shards
+      ─► per group: plan the sequences on the plans alone
+      ─► number sequences globally ─► group by shard
+      ─► per shard: read its documents back, cut, lay out, write
 
 Every step calls the core function :mod:`corpora.pack_groups` names for it,
 so the bytes are those of :func:`corpora.pack.pack` on the same documents.
-What crosses between workers after the stash is small: each document's plan
-and where it is, then each sequence's place and where it is. The documents
-and the sequences are written once, to ``{output}/.corpora/documents`` and
-``.corpora/sequences`` (:class:`corpora.store.stash.BlobWriter`), and read
-back by the step that needs them: the packer reads a group's documents, the
-shard writer its sequences. A local build's memory then grows with the
-number of documents by about a plan's size, not by their tokens and images,
-and a distributed runner shuffles references rather than the corpus; the
-elements are batches of documents, so a step's cost per document is small.
+What crosses between workers is small: each document's plan and where it
+is, then each sequence's pieces and where their documents are. The
+documents are written once, to ``{output}/.corpora/documents``
+(:class:`corpora.store.stash.BlobWriter`), and read back by the shard
+writer. A local build's memory then grows with the number of documents by
+about a plan's size, not by their tokens and images, and a distributed
+runner shuffles references rather than the corpus; the elements are batches
+of documents or whole sequences, so a step's cost per document is small.
 
 Where fsspec cannot reach the output (``gs://`` without gcsfs, ``s3://``
-without s3fs), the documents and sequences travel inside the elements
-instead; the shards are the same.
+without s3fs), the documents travel inside the elements instead; the shards
+are the same.
 """
 
 from __future__ import annotations
@@ -34,49 +34,16 @@ from apache_beam.metrics import Metrics
 from corpora import pack, shards, stats
 from corpora.pack_groups import group_of, group_offsets, plan_group
 from corpora.settings import BuildSettings
-from corpora.store.files import Files, reachable
-from corpora.store.outcomes import ImageRef
-from corpora.store.reader import ImageReader
+from corpora.store.files import Files
 from corpora.store.stash import (
     DOCUMENTS,
-    SEQUENCES,
     BlobWriter,
-    read_blob,
     stash_images,
     stash_writer,
-    unstash_piece,
 )
 from pipelines import resume, storage
-from pipelines.store import stash_root
+from pipelines.store import StashReader, stash_files, stash_root
 from pipelines.transforms import COUNTS, DROPPED, KEPT, NAMESPACE, SEQUENCE_STATS, _route
-
-# Documents per element after the stash: large enough that Beam's cost per
-# element is small beside the documents', small enough to spread a build of a
-# few thousand documents over every worker.
-BATCH_MIN, BATCH_MAX = 64, 1024
-
-
-def _stash_files(output: str, folder: str) -> Files | None:
-    """The stash folder ``folder`` of the build at ``output``; ``None`` where
-    fsspec cannot reach it here (the values then travel in the elements)."""
-    root = output.rstrip("/") + "/" + folder
-    return Files(root) if reachable(root) is None else None
-
-
-class _Reader:
-    """Values by reference, or the value itself where nothing was stashed."""
-
-    def __init__(self):
-        self._images = ImageReader()
-
-    def get(self, value: Any) -> Any:
-        return read_blob(value, self._images) if isinstance(value, ImageRef) else value
-
-    def piece(self, piece: pack.Piece) -> pack.Piece:
-        return unstash_piece(piece, self._images)
-
-    def close(self) -> None:
-        self._images.close()
 
 
 class StashDocuments(beam.DoFn):
@@ -92,7 +59,7 @@ class StashDocuments(beam.DoFn):
         self._images: Files | None = None
 
     def setup(self) -> None:
-        self._documents = _stash_files(self._output, DOCUMENTS)
+        self._documents = stash_files(self._output, DOCUMENTS)
         if self._documents is not None:
             self._images = Files(stash_root(self._output))
 
@@ -121,73 +88,34 @@ def route(
 
 
 class PackGroup(beam.DoFn):
-    """Pack one group (:func:`corpora.pack_groups.plan_group` on the plans,
-    then :func:`corpora.pack.cut_piece` on the documents read back) and write
-    its sequences, as pieces, to the stash.
+    """Plan one group's packing (:func:`corpora.pack_groups.plan_group`) on
+    the documents' plans alone.
 
-    Emits ``(group, index, where)`` per sequence; on ``counts`` ``(group,
+    Emits ``(group, index, [(piece, where), ...])`` per sequence, ``where``
+    saying where the piece's document is; on ``counts`` ``(group,
     sequences)``; on ``kept`` the number of documents packed; empty documents
     go to ``dropped``.
     """
 
     def __init__(self, settings: BuildSettings):
         self._settings = settings
-        self._sequences: Files | None = None
-        self._reader: _Reader | None = None
-
-    def setup(self) -> None:
-        self._sequences = _stash_files(self._settings.output, SEQUENCES)
-        self._reader = _Reader()
-
-    def teardown(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
 
     def process(self, element: tuple[int, Iterable[list]]) -> Iterator:
-        assert self._reader is not None
         group, batches = element
-        plans, where, uses = [], {}, collections.Counter()
+        plans, where = [], {}
         for batch in batches:
             for plan, place in batch:
                 plans.append(plan)  # a repeated document is packed again, as it was read
                 where[plan.key] = place  # documents sharing a key are byte-identical
-                uses[plan.key] += len(plan.pieces)
         planned = plan_group(plans, self._settings.seq_len, self._settings.pack)
         for drop in planned.dropped:
             yield _route(drop, "pack")
-        writer = BlobWriter(self._sequences) if self._sequences is not None else None
-        placed, documents = [], _Documents(where, uses, self._reader)
-        for index, sequence in enumerate(planned.sequences):
-            pieces = [pack.cut_piece(documents.get(ref.key), ref) for ref in sequence]
-            placed.append((group, index, writer.put(pieces) if writer is not None else pieces))
-        if writer is not None:
-            writer.flush()  # written before the references leave the bundle
-        yield from placed
-        Metrics.counter(NAMESPACE, "sequences").inc(len(placed))
-        yield beam.pvalue.TaggedOutput(COUNTS, (group, len(placed)))
+        count = 0
+        for count, sequence in enumerate(planned.sequences, 1):
+            yield group, count - 1, [(ref, where[ref.key]) for ref in sequence]
+        Metrics.counter(NAMESPACE, "sequences").inc(count)
+        yield beam.pvalue.TaggedOutput(COUNTS, (group, count))
         yield beam.pvalue.TaggedOutput(KEPT, planned.kept)
-
-
-class _Documents:
-    """A group's documents by key, read back on first use; a document cut
-    into several pieces stays in memory until its last piece is cut."""
-
-    def __init__(self, where: dict[str, Any], uses: dict[str, int], reader: _Reader):
-        self._where = where
-        self._uses = uses
-        self._reader = reader
-        self._held: dict[str, tuple[Any, int]] = {}
-
-    def get(self, key: str):
-        held = self._held.get(key)
-        if held is None:
-            held = (self._reader.get(self._where[key]), self._uses[key])
-        doc, left = held
-        if left > 1:
-            self._held[key] = (doc, left - 1)
-        else:
-            self._held.pop(key, None)
-        return doc
 
 
 class PlaceSequences(beam.DoFn):
@@ -208,8 +136,22 @@ class PlaceSequences(beam.DoFn):
         yield global_index // self._samples_per_shard, (global_index, where)
 
 
+class _Documents:
+    """The documents of one shard, each read back once."""
+
+    def __init__(self, reader: StashReader):
+        self._reader = reader
+        self._read: dict[str, Any] = {}
+
+    def get(self, key: str, where: Any):
+        doc = self._read.get(key)
+        if doc is None:
+            doc = self._read[key] = self._reader.get(where)
+        return doc
+
+
 class WriteShard(beam.DoFn):
-    """Read one shard's sequences back, lay them out, write the shard whole
+    """Read one shard's documents back, cut and lay out its sequences, write the shard whole
     (:func:`pipelines.storage.create_atomically`) and mark it complete; a shard
     that a previous attempt completed with exactly these bytes is left as it is.
 
@@ -224,10 +166,10 @@ class WriteShard(beam.DoFn):
         self._settings = settings
         self._pad_id = pad_id
         self._stat_ids = stat_ids
-        self._reader: _Reader | None = None
+        self._reader: StashReader | None = None
 
     def setup(self) -> None:
-        self._reader = _Reader()
+        self._reader = StashReader()
 
     def teardown(self) -> None:
         if self._reader is not None:
@@ -235,12 +177,12 @@ class WriteShard(beam.DoFn):
 
     def process(self, element: tuple[int, Iterable[tuple[int, Any]]]) -> Iterator:
         shard_index, sequences = element
-        reader = self._reader
-        assert reader is not None
+        assert self._reader is not None
+        documents = _Documents(self._reader)
         items = [
-            (number, slot, reader.piece(piece))
-            for number, where in sequences
-            for slot, piece in enumerate(reader.get(where))
+            (number, slot, self._reader.piece(pack.cut_piece(documents.get(ref.key, where), ref)))
+            for number, pieces in sequences
+            for slot, (ref, where) in enumerate(pieces)
         ]
         settings = self._settings
         corpus = settings.corpus
@@ -270,8 +212,8 @@ class WriteShard(beam.DoFn):
 
 
 class PackSequences(beam.PTransform):
-    """Tokenized documents → shard infos, deterministically, carrying
-    references through the shuffles (the module doc).
+    """Batches (lists) of tokenized documents → shard infos, deterministically,
+    carrying references through the shuffles (the module doc).
 
     The result has ``shards`` (one info dict per shard written), ``kept``
     (documents packed, per group), ``dropped`` and ``sequence_stats`` (one
@@ -288,10 +230,8 @@ class PackSequences(beam.PTransform):
 
     def expand(self, tokenized):
         settings = self._settings
-        stashed = (
-            tokenized
-            | "Batch" >> beam.BatchElements(min_batch_size=BATCH_MIN, max_batch_size=BATCH_MAX)
-            | "Stash" >> beam.ParDo(StashDocuments(settings.output, settings.seq_len))
+        stashed = tokenized | "Stash" >> beam.ParDo(
+            StashDocuments(settings.output, settings.seq_len)
         )
         documents = stashed | "CountDocuments" >> (beam.Map(len) | beam.CombineGlobally(sum))
         packed = (

@@ -14,13 +14,40 @@ from corpora import catalog
 from corpora.settings import BuildSettings
 from corpora.store import ImageStore, Img2DatasetOutput
 from corpora.store.files import Files, reachable
+from corpora.store.outcomes import ImageRef
+from corpora.store.reader import ImageReader
 from corpora.store.settings import StoreSettings
-from corpora.store.stash import STASH, STASHES
+from corpora.store.stash import STASH, STASHES, read_blob, unstash_piece
 from pipelines.runners import RunnerSettings
 
 
 def stash_root(output: str) -> str:
     return output.rstrip("/") + "/" + STASH
+
+
+def stash_files(output: str, folder: str) -> Files | None:
+    """The stash folder ``folder`` (:data:`corpora.store.stash.STASHES`) of the
+    build at ``output``; ``None`` where fsspec cannot reach it here (gs://
+    needs gcsfs, s3:// s3fs): the values then travel in the elements."""
+    root = output.rstrip("/") + "/" + folder
+    return Files(root) if reachable(root) is None else None
+
+
+class StashReader:
+    """Values by reference (:func:`corpora.store.stash.read_blob`), or the
+    value itself where nothing was stashed; images put back into pieces."""
+
+    def __init__(self):
+        self._reader = ImageReader()
+
+    def get(self, value):
+        return read_blob(value, self._reader) if isinstance(value, ImageRef) else value
+
+    def piece(self, piece):
+        return unstash_piece(piece, self._reader)
+
+    def close(self) -> None:
+        self._reader.close()
 
 
 def remove_stash(_, output: str) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -20,8 +20,10 @@ from corpora.settings import BuildSettings
 from corpora.spec import CorpusSpec
 from corpora.store.fetching import StoreFetch
 from corpora.store.settings import StoreSettings
+from corpora.store.stash import RECORDS, BlobWriter
 from corpora.tokenizer import TokenizedDocument, Tokenizer, tokenize_document
 from pipelines.storage import read_failure_urls
+from pipelines.store import StashReader, stash_files
 
 DROPPED = "dropped"
 INPUT = "input"
@@ -45,6 +47,72 @@ def _route(result: Document | Drop | Any, stage: str):
         return beam.pvalue.TaggedOutput(DROPPED, result)
     Metrics.counter(NAMESPACE, f"{stage}.out").inc()
     return result
+
+
+def _route_batch(results: Iterable, stage: str) -> Iterator:
+    """A batch's results: each drop to ``dropped``, the records kept as one
+    list (nothing when none is kept)."""
+    kept = []
+    for result in results:
+        if isinstance(result, Drop):
+            yield _route(result, stage)
+        else:
+            kept.append(result)
+    if kept:
+        Metrics.counter(NAMESPACE, f"{stage}.out").inc(len(kept))
+        yield kept
+
+
+class Spread(beam.PTransform):
+    """Batches of records → the same batches, spread over every worker.
+
+    Each batch is written to the build's stash (``.corpora/records``) and only
+    its reference crosses between workers, so the runner holds a few hundred
+    bytes per batch, not the records (on DirectRunner a shuffle's data stays
+    in the launching process until the build ends). Where the stash cannot be
+    reached (:func:`pipelines.store.stash_files`), the batches cross as they are.
+    """
+
+    def __init__(self, output: str):
+        super().__init__()
+        self._output = output
+
+    def expand(self, batches):
+        return (
+            batches
+            | "Stash" >> beam.ParDo(_StashBatch(self._output))
+            | "Reshuffle" >> beam.Reshuffle()
+            | "Unstash" >> beam.ParDo(_UnstashBatch())
+        )
+
+
+class _StashBatch(beam.DoFn):
+    def __init__(self, output: str):
+        self._output = output
+        self._files = None
+
+    def setup(self) -> None:
+        self._files = stash_files(self._output, RECORDS)
+
+    def process(self, batch: list) -> Iterator:
+        if self._files is None:
+            yield batch
+            return
+        writer = BlobWriter(self._files)
+        ref = writer.put(batch)
+        writer.flush()  # written before the reference leaves the bundle
+        yield ref
+
+
+class _UnstashBatch(beam.DoFn):
+    def setup(self) -> None:
+        self._reader = StashReader()
+
+    def teardown(self) -> None:
+        self._reader.close()
+
+    def process(self, where) -> Iterator[list]:
+        yield self._reader.get(where)
 
 
 class ReadSource(beam.DoFn):
@@ -73,8 +141,9 @@ class ReadSource(beam.DoFn):
 class FetchImages(beam.DoFn):
     """Fetch the images of a batch of records, many requests in flight.
 
-    Besides the records (and drops), emits on ``images`` an ``(outcome, n)``
-    per outcome (``ok`` or a reason) for every image that reached the stage,
+    Emits the records kept as one batch (a list) and the drops; besides, on
+    ``images`` an ``(outcome, n)`` per outcome (``ok`` or a reason) for every
+    image that reached the stage,
     and on ``failures`` one row per failed URL for ``failures.parquet``.
 
     With a store or an img2dataset download (``store``), URLs are looked up
@@ -180,6 +249,7 @@ class FetchImages(beam.DoFn):
             for arrival, count in arrived.items():
                 Metrics.counter(NAMESPACE, f"arrived.{arrival}").inc(count)
                 yield beam.pvalue.TaggedOutput(ARRIVED, (arrival, count))
+        attached = []
         for doc in docs:
             split = doc.meta.get(fetch.STORE_SPLIT)
             if split is not None:
@@ -187,40 +257,45 @@ class FetchImages(beam.DoFn):
                 if split not in self._splits:
                     self._splits.add(split)
                     yield beam.pvalue.TaggedOutput(SPLITS, split)
-            yield _route(
-                fetch.attach_images(doc, results, self._spec.drop_on_image_failure), "fetch"
-            )
+            attached.append(fetch.attach_images(doc, results, self._spec.drop_on_image_failure))
+        yield from _route_batch(attached, "fetch")
 
 
 class CountRemovedImages(beam.DoFn):
-    """Count, by reason, the images that kept documents lost to a filter
-    (``--min-sim``, ``--max-images``, CLIP): ``images_removed.<reason>``
+    """Count, by reason, the images that a batch's kept documents lost to a
+    filter (``--min-sim``, ``--max-images``, CLIP): ``images_removed.<reason>``
     counters, and ``(reason, n)`` on ``images_removed`` for the manifest.
-    Documents pass unchanged."""
+    The batch passes unchanged."""
 
-    def process(self, doc: Document) -> Iterator:
-        for reason, count in sorted((doc.meta.get("images_removed") or {}).items()):
+    def process(self, batch: list[Document]) -> Iterator:
+        removed = collections.Counter()
+        for doc in batch:
+            removed.update(doc.meta.get("images_removed") or {})
+        for reason, count in sorted(removed.items()):
             Metrics.counter(NAMESPACE, f"images_removed.{reason}").inc(count)
             yield beam.pvalue.TaggedOutput(IMAGES_REMOVED, (reason, count))
-        yield doc
+        yield batch
 
 
 class Tokenize(beam.DoFn):
+    """A batch of documents → the batch tokenized."""
+
     def __init__(self, tokenizer: Tokenizer):
         self._tokenizer = tokenizer
 
-    def process(self, doc: Document) -> Iterator[TokenizedDocument]:
-        yield tokenize_document(doc, self._tokenizer)
+    def process(self, batch: list[Document]) -> Iterator[list[TokenizedDocument]]:
+        yield [tokenize_document(doc, self._tokenizer) for doc in batch]
 
 
 class ApplyStage(beam.DoFn):
-    """A one-for-one core stage of (record, settings) -> record or Drop: a
-    corpus's metadata filter (before fetch) or its layout (after fetch)."""
+    """A one-for-one core stage of (record, settings) -> record or Drop, on a
+    batch of records: a corpus's metadata filter (before fetch) or its layout
+    (after fetch). Emits the records kept as one batch, and the drops."""
 
     def __init__(self, stage, settings: BuildSettings, name: str):
         self._stage = stage
         self._settings = settings
         self._name = name
 
-    def process(self, doc: Document) -> Iterator:
-        yield _route(self._stage(doc, self._settings), self._name)
+    def process(self, batch: list[Document]) -> Iterator:
+        yield from _route_batch((self._stage(doc, self._settings) for doc in batch), self._name)

@@ -47,9 +47,9 @@ from corpora.store.reader import ImageReader
 from corpora.store.writer import StoreSpec, StoreWriter
 
 STASH = ".corpora/images"  # under the build's output; removed once the manifest is written
+RECORDS = ".corpora/records"  # batches of records as read, spread over the workers
 DOCUMENTS = ".corpora/documents"  # the tokenized documents, images as references
-SEQUENCES = ".corpora/sequences"  # each packing group's sequences, as pieces
-STASHES = (STASH, DOCUMENTS, SEQUENCES)
+STASHES = (STASH, RECORDS, DOCUMENTS)
 STASHED = "stashed"  # an image chunk's meta key: (tar, offset, size, sha256) of its bytes
 _SPLIT = "images"
 
@@ -89,7 +89,7 @@ def unstash_piece(piece, reader: ImageReader):
 
 
 class BlobWriter:
-    """Pickled values (tokenized documents, a group's sequences) written into
+    """Pickled values (batches of records, tokenized documents) written into
     files of about ``part_bytes`` under ``files``' root, each part under a
     fresh name; :meth:`put` returns where a value will be, an
     :class:`~corpora.store.outcomes.ImageRef` that :func:`read_blob` reads back

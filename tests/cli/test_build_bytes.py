@@ -99,6 +99,10 @@ def build_digests(name: str, spec: tuple, directory: str, server: ImageServer, *
         with open(os.path.join(output, file), "rb") as handle:
             return hashlib.sha256(handle.read()).hexdigest()
 
+    # the stash (records, documents, images by reference) is gone once the build is done
+    assert not {"records", "documents", "images"} & set(
+        os.listdir(os.path.join(output, ".corpora"))
+    )
     shards = sorted(file for file in os.listdir(output) if file.endswith(".tar"))
     assert shards == [f"{corpus}-{index:06d}.tar" for index in range(len(shards))]
     return {"shards": [sha256(file) for file in shards], "stats.json": sha256("stats.json")}

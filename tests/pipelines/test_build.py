@@ -10,7 +10,7 @@ from corpora.settings import corpus_settings
 from corpora.tokenizer import Tokenizer
 from pipelines.build import build_pipeline
 
-IMAGE_STAGES = {"Batch", "Fetch"}
+IMAGE_STAGES = {"Fetch"}
 
 
 def top_level_stages(corpus: str, **overrides) -> list[str]:
@@ -48,3 +48,14 @@ def test_records_are_spread_after_the_metadata_filter_and_before_selection_and_f
     assert stages.index("Filter") < stages.index("Spread") < stages.index("Fetch")
     coyo = top_level_stages("coyo", top_fraction=0.5)
     assert coyo.index("Spread") < coyo.index("TopFraction") < coyo.index("Fetch")
+
+
+def test_a_global_selection_takes_records_one_by_one_and_batches_them_again():
+    stages = top_level_stages("coyo", top_fraction=0.5)
+    assert (
+        stages.index("Spread")
+        < stages.index("UnbatchToSelect")
+        < stages.index("TopFraction")
+        < stages.index("Rebatch")
+        < stages.index("Fetch")
+    )

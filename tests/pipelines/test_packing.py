@@ -8,9 +8,12 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from corpora import pack, reader
+from corpora.pack_groups import group_of
 from corpora.settings import BuildSettings
+from corpora.store.stash import DOCUMENTS
 from corpora.tokenizer import TokenizedDocument
-from pipelines.packing import PackSequences
+from pipelines.packing import PackSequences, StashDocuments
+from pipelines.store import StashReader, stash_files
 from tests.corpora.test_pack import make_doc
 from tests.pipelines.direct import direct_pipeline
 
@@ -41,6 +44,7 @@ def test_pack_sequences_in_beam_matches_the_core_packer(tmp_path):
         result = (
             pipeline
             | beam.Create(docs[::-1] + [empty])  # input order must not matter
+            | beam.BatchElements(min_batch_size=4, max_batch_size=8)
             | PackSequences(settings, pad_id=0)
         )
         assert_that(
@@ -62,3 +66,65 @@ def test_pack_sequences_in_beam_matches_the_core_packer(tmp_path):
         assert sample.images == list(sequence.images)
         assert sample.documents == list(sequence.documents)
     assert not list(tmp_path.glob("*.tmp-*"))
+
+
+def test_a_repeated_document_is_packed_each_time_it_was_read_over_several_groups(tmp_path):
+    docs = [make_doc(f"doc{i:02d}", [("text", 3 + i % 9)]) for i in range(24)]
+    repeated = docs + [docs[5]]  # the same record twice: both count, both are packed
+    settings = BuildSettings(
+        "c4",
+        ("unused",),
+        str(tmp_path),
+        seq_len=16,
+        tokens_per_image=3,
+        samples_per_shard=3,
+        pack_groups=3,
+    )
+    with direct_pipeline() as pipeline:
+        result = (
+            pipeline
+            | beam.Create(repeated[::-1])
+            | beam.BatchElements(min_batch_size=5, max_batch_size=5)
+            | PackSequences(settings, pad_id=0)
+        )
+        assert_that(result["kept"] | beam.CombineGlobally(sum), equal_to([25]), label="Kept")
+
+    # the core, group by group in group order, each group's documents in key order
+    by_group: dict[int, list] = {}
+    for doc in repeated:
+        by_group.setdefault(group_of(pack.doc_key(doc), len(repeated), 3), []).append(doc)
+    expected = [
+        sequence
+        for group in sorted(by_group)
+        for sequence in pack.pack(sorted(by_group[group], key=pack.doc_key), 16, 0)
+    ]
+    got = list(reader.iter_samples(sorted(str(p) for p in tmp_path.glob("*.tar"))))
+    assert len(by_group) == 3 and len(got) == len(expected)
+    for sample, sequence in zip(got, expected):
+        np.testing.assert_array_equal(sample.input_ids, sequence.input_ids)
+        assert sample.documents == list(sequence.documents)
+    assert sum(d["id"] == "doc05" for s in got for d in s.documents) == 2
+
+
+def test_where_the_stash_cannot_be_reached_documents_travel_in_the_elements():
+    doc = make_doc("doc00", [("text", 4), ("image", 0)])
+    stash = StashDocuments("nosuchfs://bucket/build", seq_len=16)
+    stash.setup()
+    [[(plan, where)]] = list(stash.process([doc]))
+    assert where is doc and plan == pack.plan_pieces(doc, 16)
+    assert stash_files("nosuchfs://bucket/build", DOCUMENTS) is None
+
+
+def test_stashed_documents_read_back_equal_with_their_images_by_reference(tmp_path):
+    doc = make_doc("doc00", [("text", 4), ("image", 0), ("text", 2)])
+    stash = StashDocuments(str(tmp_path), seq_len=16)
+    stash.setup()
+    [[(plan, where)]] = list(stash.process([doc]))
+    reader = StashReader()
+    stored = reader.get(where)
+    assert plan.key == pack.doc_key(doc)  # taken while the image bytes were there
+    assert stored.images[0].data is None  # the image travels as a reference
+    piece = reader.piece(pack.cut_piece(stored, plan.pieces[0]))
+    assert piece.images == doc.images
+    np.testing.assert_array_equal(piece.input_ids, doc.input_ids)
+    reader.close()

@@ -56,7 +56,7 @@ def test_read_fetch_tokenize_in_beam(tmp_path, image_server, tokenizer_path):
             | beam.BatchElements(min_batch_size=4)
             | beam.ParDo(t.FetchImages(spec, settings.fetch)).with_outputs(t.DROPPED, main="docs")
         )
-        tokens = fetched.docs | beam.ParDo(t.Tokenize(tokenizer))
+        tokens = fetched.docs | beam.ParDo(t.Tokenize(tokenizer)) | beam.FlatMap(lambda b: b)
         assert_that(read.input | "SumIn" >> beam.CombineGlobally(sum), equal_to([4]), label="input")
         assert_that(
             read.dropped | "R1" >> beam.Map(lambda d: d.reason),
@@ -93,10 +93,14 @@ def test_images_removed_from_kept_documents_are_counted_by_reason():
     pipeline = direct_pipeline()
     counted = (
         pipeline
-        | beam.Create(docs)
+        | beam.Create([docs[:2], docs[2:]])  # two batches
         | beam.ParDo(t.CountRemovedImages()).with_outputs(t.IMAGES_REMOVED, main="docs")
     )
-    assert_that(counted.docs | beam.Map(lambda d: d.id), equal_to(["a", "b", "c"]), label="docs")
+    assert_that(
+        counted.docs | beam.FlatMap(lambda batch: [d.id for d in batch]),
+        equal_to(["a", "b", "c"]),
+        label="docs",
+    )
     assert_that(
         counted[t.IMAGES_REMOVED] | beam.CombinePerKey(sum),
         equal_to([("over_max_images", 3), ("clip_similarity_below_min", 1)]),
