@@ -25,6 +25,7 @@ from corpora.shards.manifest import MANIFEST
 from corpora.tokenizer import Tokenizer
 from pipelines import resume, storage
 from pipelines.build import build_pipeline
+from pipelines.memory import steady_memory
 from pipelines.runners import RunnerError, RunnerSettings, make_runner, pipeline_options
 from pipelines.transforms import NAMESPACE
 
@@ -143,6 +144,8 @@ def execute(
         settings.image_token_reserved,
     )
     options = pipeline_options(runner, verbose=verbose)
+    if runner.local:
+        steady_memory()
     FileSystems.set_options(options)  # s3 endpoint and keys for this process's own reads and writes
     try:  # Beam validates the options for the runner here (project id, temp location, …)
         pipeline = beam.Pipeline(runner=make_runner(options), options=options)

@@ -41,7 +41,7 @@ from corpora.store.stash import (
     stash_images,
     stash_writer,
 )
-from pipelines import resume, storage
+from pipelines import memory, resume, storage
 from pipelines.store import StashReader, stash_files, stash_root
 from pipelines.transforms import COUNTS, DROPPED, KEPT, NAMESPACE, SEQUENCE_STATS, _route
 
@@ -177,38 +177,55 @@ class WriteShard(beam.DoFn):
 
     def process(self, element: tuple[int, Iterable[tuple[int, Any]]]) -> Iterator:
         shard_index, sequences = element
-        assert self._reader is not None
-        documents = _Documents(self._reader)
-        items = [
-            (number, slot, self._reader.piece(pack.cut_piece(documents.get(ref.key, where), ref)))
-            for number, pieces in sequences
-            for slot, (ref, where) in enumerate(pieces)
-        ]
         settings = self._settings
-        corpus = settings.corpus
-        name = shards.shard_name(corpus, shard_index)
-        samples = [
-            (shards.sample_key(corpus, shard_index, number % settings.samples_per_shard), sequence)
-            for number, sequence in pack.assemble_sequences(items, settings.seq_len, self._pad_id)
-        ]
-        info = resume.completed_shard(settings.output, name, samples)
+        name = shards.shard_name(settings.corpus, shard_index)
+        ordered = sorted(sequences, key=lambda sequence: sequence[0])
+        info = resume.completed_shard(settings.output, name, self._samples(shard_index, ordered))
+        values: list[stats.SequenceValues] = []
         if info is not None:  # a previous attempt wrote exactly this shard: leave it
             Metrics.counter(NAMESPACE, "shards.resumed").inc()
+            if self._stat_ids is not None:
+                values = [self._values(s) for _, s in self._samples(shard_index, ordered)]
         else:
             with storage.create_atomically(FileSystems.join(settings.output, name)) as stream:
-                info = shards.write_shard(stream, samples)
+                info = shards.write_shard(stream, self._samples(shard_index, ordered, values))
             resume.write_marker(settings.output, name, info)
             Metrics.counter(NAMESPACE, "shards").inc()
             Metrics.counter(NAMESPACE, "bytes").inc(info["bytes"])
+        memory.trim()  # the shard's buffers are freed: give their pages back
         yield {"index": shard_index, "path": name, **info}
-        if self._stat_ids is not None:
-            for _, sequence in samples:
-                yield beam.pvalue.TaggedOutput(
-                    SEQUENCE_STATS,
-                    stats.sequence_values(
-                        sequence.input_ids, sequence.segment_ids, sequence.documents, self._stat_ids
-                    ),
-                )
+        for value in values:
+            yield beam.pvalue.TaggedOutput(SEQUENCE_STATS, value)
+
+    def _samples(
+        self,
+        shard_index: int,
+        ordered: list[tuple[int, list]],
+        values: list[stats.SequenceValues] | None = None,
+    ) -> Iterator[tuple[str, pack.PackedSequence]]:
+        """The shard's samples one at a time: only one sequence's images are
+        in memory, whatever the shard's size (``values`` collects each
+        sequence's statistics values as it goes)."""
+        assert self._reader is not None
+        settings, documents = self._settings, _Documents(self._reader)
+        for number, pieces in ordered:
+            cut = [
+                self._reader.piece(pack.cut_piece(documents.get(ref.key, where), ref))
+                for ref, where in pieces
+            ]
+            sequence = pack.assemble(cut, settings.seq_len, self._pad_id)
+            if values is not None and self._stat_ids is not None:
+                values.append(self._values(sequence))
+            key = shards.sample_key(
+                settings.corpus, shard_index, number % settings.samples_per_shard
+            )
+            yield key, sequence
+
+    def _values(self, sequence: pack.PackedSequence) -> stats.SequenceValues:
+        assert self._stat_ids is not None
+        return stats.sequence_values(
+            sequence.input_ids, sequence.segment_ids, sequence.documents, self._stat_ids
+        )
 
 
 class PackSequences(beam.PTransform):

@@ -149,9 +149,12 @@ def run_fetch(settings: BuildSettings, runner: RunnerSettings) -> tuple[dict[str
     from apache_beam.io.filesystems import FileSystems
 
     from pipelines.launch import counters_of
+    from pipelines.memory import steady_memory
     from pipelines.runners import RunnerError, make_runner, pipeline_options
 
     options = pipeline_options(runner)
+    if runner.local:
+        steady_memory()
     FileSystems.set_options(options)
     try:
         pipeline = beam.Pipeline(runner=make_runner(options), options=options)

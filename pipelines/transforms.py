@@ -22,6 +22,7 @@ from corpora.store.fetching import StoreFetch
 from corpora.store.settings import StoreSettings
 from corpora.store.stash import RECORDS, BlobWriter
 from corpora.tokenizer import TokenizedDocument, Tokenizer, tokenize_document
+from pipelines import memory
 from pipelines.storage import read_failure_urls
 from pipelines.store import StashReader, stash_files
 
@@ -259,6 +260,7 @@ class FetchImages(beam.DoFn):
                     yield beam.pvalue.TaggedOutput(SPLITS, split)
             attached.append(fetch.attach_images(doc, results, self._spec.drop_on_image_failure))
         yield from _route_batch(attached, "fetch")
+        memory.trim()  # the batch's decoded images are freed: give their pages back
 
 
 class CountRemovedImages(beam.DoFn):
