@@ -35,6 +35,7 @@ from corpora import pack, shards, stats
 from corpora.pack_groups import group_of, group_offsets, plan_group
 from corpora.settings import BuildSettings
 from corpora.store.files import Files
+from corpora.store.outcomes import ImageRef
 from corpora.store.stash import (
     DOCUMENTS,
     BlobWriter,
@@ -44,6 +45,10 @@ from corpora.store.stash import (
 from pipelines import memory, resume, storage
 from pipelines.store import StashReader, stash_files, stash_root
 from pipelines.transforms import COUNTS, DROPPED, KEPT, NAMESPACE, SEQUENCE_STATS, _route
+
+# Sequences per element leaving a packing group: enough that Beam's cost per
+# element is small beside theirs, few enough that an element stays small.
+SEQUENCES_PER_ELEMENT = 1_000
 
 
 class StashDocuments(beam.DoFn):
@@ -91,10 +96,11 @@ class PackGroup(beam.DoFn):
     """Plan one group's packing (:func:`corpora.pack_groups.plan_group`) on
     the documents' plans alone.
 
-    Emits ``(group, index, [(piece, where), ...])`` per sequence, ``where``
-    saying where the piece's document is; on ``counts`` ``(group,
-    sequences)``; on ``kept`` the number of documents packed; empty documents
-    go to ``dropped``.
+    Emits ``(group, first, sequences)`` per :data:`SEQUENCES_PER_ELEMENT`
+    sequences, each sequence a list of ``(piece, where)``, ``where`` saying
+    where the piece's document is (few elements: Beam's cost is per
+    element); on ``counts`` ``(group, sequences)``; on ``kept`` the number
+    of documents packed; empty documents go to ``dropped``.
     """
 
     def __init__(self, settings: BuildSettings):
@@ -110,9 +116,15 @@ class PackGroup(beam.DoFn):
         planned = plan_group(plans, self._settings.seq_len, self._settings.pack)
         for drop in planned.dropped:
             yield _route(drop, "pack")
-        count = 0
-        for count, sequence in enumerate(planned.sequences, 1):
-            yield group, count - 1, [(ref, where[ref.key]) for ref in sequence]
+        count, chunk = 0, []
+        for sequence in planned.sequences:
+            chunk.append([(ref, where[ref.key]) for ref in sequence])
+            if len(chunk) == SEQUENCES_PER_ELEMENT:
+                yield group, count, chunk
+                count, chunk = count + len(chunk), []
+        if chunk:
+            yield group, count, chunk
+            count += len(chunk)
         Metrics.counter(NAMESPACE, "sequences").inc(count)
         yield beam.pvalue.TaggedOutput(COUNTS, (group, count))
         yield beam.pvalue.TaggedOutput(KEPT, planned.kept)
@@ -121,7 +133,8 @@ class PackGroup(beam.DoFn):
 class PlaceSequences(beam.DoFn):
     """Number each sequence globally (groups in order) and pick its shard.
 
-    Emits ``(shard, (global_index, where))``.
+    Emits ``(shard, [(global_index, pieces), ...])`` per shard a chunk of a
+    group's sequences reaches.
     """
 
     def __init__(self, samples_per_shard: int):
@@ -131,17 +144,28 @@ class PlaceSequences(beam.DoFn):
     def process(self, element: tuple[int, int, Any], counts: dict[int, int]) -> Iterator:
         if self._offsets is None:
             self._offsets = group_offsets(counts)
-        group, index, where = element
-        global_index = self._offsets[group] + index
-        yield global_index // self._samples_per_shard, (global_index, where)
+        group, first, sequences = element
+        by_shard: dict[int, list] = {}
+        for global_index, pieces in enumerate(sequences, self._offsets[group] + first):
+            by_shard.setdefault(global_index // self._samples_per_shard, []).append(
+                (global_index, pieces)
+            )
+        yield from by_shard.items()
 
 
 class _Documents:
-    """The documents of one shard, each read back once."""
+    """The documents of one shard, each read back once; :meth:`read_all`
+    reads a shard's stashed documents in file order, each file opened once."""
 
     def __init__(self, reader: StashReader):
         self._reader = reader
         self._read: dict[str, Any] = {}
+
+    def read_all(self, places: Iterable[tuple[str, Any]]) -> None:
+        stashed = {key: where for key, where in places if isinstance(where, ImageRef)}
+        for key, where in sorted(stashed.items(), key=lambda item: (item[1].tar, item[1].offset)):
+            if key not in self._read:
+                self._read[key] = self._reader.get(where)
 
     def get(self, key: str, where: Any):
         doc = self._read.get(key)
@@ -175,11 +199,13 @@ class WriteShard(beam.DoFn):
         if self._reader is not None:
             self._reader.close()
 
-    def process(self, element: tuple[int, Iterable[tuple[int, Any]]]) -> Iterator:
-        shard_index, sequences = element
+    def process(self, element: tuple[int, Iterable[list[tuple[int, Any]]]]) -> Iterator:
+        shard_index, chunks = element
         settings = self._settings
         name = shards.shard_name(settings.corpus, shard_index)
-        ordered = sorted(sequences, key=lambda sequence: sequence[0])
+        ordered = sorted(
+            (sequence for chunk in chunks for sequence in chunk), key=lambda sequence: sequence[0]
+        )
         info = resume.completed_shard(settings.output, name, self._samples(shard_index, ordered))
         values: list[stats.SequenceValues] = []
         if info is not None:  # a previous attempt wrote exactly this shard: leave it
@@ -208,6 +234,7 @@ class WriteShard(beam.DoFn):
         sequence's statistics values as it goes)."""
         assert self._reader is not None
         settings, documents = self._settings, _Documents(self._reader)
+        documents.read_all((ref.key, where) for _, pieces in ordered for ref, where in pieces)
         for number, pieces in ordered:
             cut = [
                 self._reader.piece(pack.cut_piece(documents.get(ref.key, where), ref))

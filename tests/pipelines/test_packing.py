@@ -12,6 +12,7 @@ from corpora.pack_groups import group_of
 from corpora.settings import BuildSettings
 from corpora.store.stash import DOCUMENTS
 from corpora.tokenizer import TokenizedDocument
+from pipelines import packing
 from pipelines.packing import PackSequences, StashDocuments
 from pipelines.store import StashReader, stash_files
 from tests.corpora.test_pack import make_doc
@@ -68,7 +69,12 @@ def test_pack_sequences_in_beam_matches_the_core_packer(tmp_path):
     assert not list(tmp_path.glob("*.tmp-*"))
 
 
-def test_a_repeated_document_is_packed_each_time_it_was_read_over_several_groups(tmp_path):
+@pytest.mark.parametrize("per_element", [2, 1_000])
+def test_a_repeated_document_is_packed_each_time_it_was_read_over_several_groups(
+    tmp_path, monkeypatch, per_element
+):
+    # 2: a group's sequences leave it in several elements, each reaching several shards
+    monkeypatch.setattr(packing, "SEQUENCES_PER_ELEMENT", per_element)
     docs = [make_doc(f"doc{i:02d}", [("text", 3 + i % 9)]) for i in range(24)]
     repeated = docs + [docs[5]]  # the same record twice: both count, both are packed
     settings = BuildSettings(
