@@ -53,9 +53,10 @@ SEQUENCES_PER_ELEMENT = 1_000
 
 class StashDocuments(beam.DoFn):
     """A batch of tokenized documents → one list of ``(plan, where)``: each
-    document's :class:`~corpora.pack.DocumentPlan` (its key taken while the
-    image bytes are there) and a reference to the document written to the
-    stash with its images as references (:mod:`corpora.store.stash`)."""
+    document's :class:`~corpora.pack.DocumentPlan` as a tuple (its key taken
+    while the image bytes are there) and where the document is: written to
+    the stash with its images as references (:mod:`corpora.store.stash`),
+    the reference as a tuple; the document itself where nothing is stashed."""
 
     def __init__(self, output: str, seq_len: int):
         self._output = output
@@ -69,7 +70,7 @@ class StashDocuments(beam.DoFn):
             self._images = Files(stash_root(self._output))
 
     def process(self, batch: list) -> Iterator[list[tuple[pack.DocumentPlan, Any]]]:
-        plans = [pack.plan_pieces(doc, self._seq_len) for doc in batch]
+        plans = [_compact_plan(pack.plan_pieces(doc, self._seq_len)) for doc in batch]
         if self._documents is None:
             yield list(zip(plans, batch))
             return
@@ -77,7 +78,7 @@ class StashDocuments(beam.DoFn):
         if any(image.data is not None for doc in batch for image in doc.images):
             with stash_writer(self._images) as images:
                 batch = [stash_images(doc, images) for doc in batch]
-        where = [blobs.put(doc) for doc in batch]
+        where = [_compact_ref(blobs.put(doc)) for doc in batch]
         blobs.flush()  # written before the references leave the bundle
         yield list(zip(plans, where))
 
@@ -88,8 +89,24 @@ def route(
     """A batch's entries by packing group (:func:`corpora.pack_groups.group_of`)."""
     by_group = collections.defaultdict(list)
     for entry in batch:
-        by_group[group_of(entry[0].key, documents, pack_groups)].append(entry)
+        by_group[group_of(entry[0][0], documents, pack_groups)].append(entry)
     yield from by_group.items()
+
+
+# Between the stash and the shard writer, plans, pieces and references travel
+# as plain tuples: Beam pickles every element at every crossing, and a tuple
+# of strings and ints pickles several times faster than the dataclasses.
+def _compact_plan(plan: pack.DocumentPlan) -> tuple[str, tuple]:
+    return plan.key, tuple((p.index, p.count, p.start, p.end) for p in plan.pieces)
+
+
+def _compact_ref(ref: ImageRef) -> tuple[str, int, int, str]:
+    return ref.tar, ref.offset, ref.size, ref.sha256
+
+
+def _plan(compact: tuple[str, tuple]) -> pack.DocumentPlan:
+    key, bounds = compact
+    return pack.DocumentPlan(key, tuple(pack.PieceRef(key, *bound) for bound in bounds))
 
 
 class PackGroup(beam.DoFn):
@@ -111,14 +128,16 @@ class PackGroup(beam.DoFn):
         plans, where = [], {}
         for batch in batches:
             for plan, place in batch:
-                plans.append(plan)  # a repeated document is packed again, as it was read
-                where[plan.key] = place  # documents sharing a key are byte-identical
+                plans.append(_plan(plan))  # a repeated document is packed again, as read
+                where[plan[0]] = place  # documents sharing a key are byte-identical
         planned = plan_group(plans, self._settings.seq_len, self._settings.pack)
         for drop in planned.dropped:
             yield _route(drop, "pack")
         count, chunk = 0, []
         for sequence in planned.sequences:
-            chunk.append([(ref, where[ref.key]) for ref in sequence])
+            chunk.append(
+                [((r.key, r.index, r.count, r.start, r.end), where[r.key]) for r in sequence]
+            )
             if len(chunk) == SEQUENCES_PER_ELEMENT:
                 yield group, count, chunk
                 count, chunk = count + len(chunk), []
@@ -162,15 +181,16 @@ class _Documents:
         self._read: dict[str, Any] = {}
 
     def read_all(self, places: Iterable[tuple[str, Any]]) -> None:
-        stashed = {key: where for key, where in places if isinstance(where, ImageRef)}
-        for key, where in sorted(stashed.items(), key=lambda item: (item[1].tar, item[1].offset)):
+        stashed = {key: where for key, where in places if isinstance(where, tuple)}
+        for key, where in sorted(stashed.items(), key=lambda item: item[1][:2]):
             if key not in self._read:
-                self._read[key] = self._reader.get(where)
+                self._read[key] = self._reader.get(ImageRef(*where))
 
     def get(self, key: str, where: Any):
         doc = self._read.get(key)
         if doc is None:
-            doc = self._read[key] = self._reader.get(where)
+            place = ImageRef(*where) if isinstance(where, tuple) else where
+            doc = self._read[key] = self._reader.get(place)
         return doc
 
 
@@ -234,10 +254,12 @@ class WriteShard(beam.DoFn):
         sequence's statistics values as it goes)."""
         assert self._reader is not None
         settings, documents = self._settings, _Documents(self._reader)
-        documents.read_all((ref.key, where) for _, pieces in ordered for ref, where in pieces)
+        documents.read_all((ref[0], where) for _, pieces in ordered for ref, where in pieces)
         for number, pieces in ordered:
             cut = [
-                self._reader.piece(pack.cut_piece(documents.get(ref.key, where), ref))
+                self._reader.piece(
+                    pack.cut_piece(documents.get(ref[0], where), pack.PieceRef(*ref))
+                )
                 for ref, where in pieces
             ]
             sequence = pack.assemble(cut, settings.seq_len, self._pad_id)

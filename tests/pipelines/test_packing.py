@@ -10,6 +10,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from corpora import pack, reader
 from corpora.pack_groups import group_of
 from corpora.settings import BuildSettings
+from corpora.store.outcomes import ImageRef
 from corpora.store.stash import DOCUMENTS
 from corpora.tokenizer import TokenizedDocument
 from pipelines import packing
@@ -117,7 +118,7 @@ def test_where_the_stash_cannot_be_reached_documents_travel_in_the_elements():
     stash = StashDocuments("nosuchfs://bucket/build", seq_len=16)
     stash.setup()
     [[(plan, where)]] = list(stash.process([doc]))
-    assert where is doc and plan == pack.plan_pieces(doc, 16)
+    assert where is doc and packing._plan(plan) == pack.plan_pieces(doc, 16)
     assert stash_files("nosuchfs://bucket/build", DOCUMENTS) is None
 
 
@@ -125,9 +126,10 @@ def test_stashed_documents_read_back_equal_with_their_images_by_reference(tmp_pa
     doc = make_doc("doc00", [("text", 4), ("image", 0), ("text", 2)])
     stash = StashDocuments(str(tmp_path), seq_len=16)
     stash.setup()
-    [[(plan, where)]] = list(stash.process([doc]))
+    [[(compact, where)]] = list(stash.process([doc]))
+    plan = packing._plan(compact)
     reader = StashReader()
-    stored = reader.get(where)
+    stored = reader.get(ImageRef(*where))
     assert plan.key == pack.doc_key(doc)  # taken while the image bytes were there
     assert stored.images[0].data is None  # the image travels as a reference
     piece = reader.piece(pack.cut_piece(stored, plan.pieces[0]))
