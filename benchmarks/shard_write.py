@@ -1,6 +1,6 @@
 """Shard writing and per-sequence statistics, against the code they replaced (issue 17).
 
-    PYTHONPATH=. python benchmarks/shard_write.py [--sequences 1000] [--seq-len 2048]
+    python benchmarks/shard_write.py [--sequences 1000] [--seq-len 2048]
 
 Both sides run in one process on the same packed sequences, alternating, and
 the ratio is of medians:
@@ -22,14 +22,19 @@ import argparse
 import io
 import os
 import statistics
+import sys
 import tarfile
 import time
 
 import numpy as np
 
-from corpora import pack, shards, stats
-from corpora.record import ImageChunk
-from corpora.tokenizer import Span, TokenizedDocument
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from corpora import pack, shards, stats  # noqa: E402
+from corpora.record import ImageChunk  # noqa: E402
+from corpora.tokenizer import Span, TokenizedDocument  # noqa: E402
+from tests.corpora.test_stats import reference_sequence_values  # noqa: E402  (the code before)
 
 IMAGE_TOKEN, TOKENS_PER_IMAGE = 32000, 576
 
@@ -79,45 +84,6 @@ def tarfile_shard(stream, samples) -> None:
             tar.members.clear()
 
 
-def masks_sequence_values(input_ids, segment_ids, documents, ids) -> stats.SequenceValues:
-    """sequence_values before issue 17: full-length masks and np.isin per segment."""
-    specials = [i for i in (ids.bos_id, ids.eos_id) if i >= 0]
-    pieces = []
-    for entry in sorted(documents, key=lambda d: d["segment"]):
-        in_segment = segment_ids == entry["segment"]
-        image = in_segment & (input_ids == ids.image_token_id)
-        special = in_segment & np.isin(input_ids, specials) & ~image
-        image_tokens, special_tokens = int(image.sum()), int(special.sum())
-        piece = int(entry.get("piece", 0))
-        scores = []
-        for img in entry.get("images", []):
-            for name, value in sorted((img.get("scores") or {}).items()):
-                if value is not None:
-                    scores.append((name, stats.quantise(value)))
-        failures = ()
-        if piece == 0:
-            failures = tuple(
-                f.get("reason", "unknown")
-                for f in (entry.get("meta") or {}).get("image_failures", [])
-            )
-        pieces.append(
-            stats.SegmentValues(
-                id=str(entry["id"]),
-                piece=piece,
-                pieces=int(entry.get("pieces", 1)),
-                text_tokens=int(in_segment.sum()) - image_tokens - special_tokens,
-                image_tokens=image_tokens,
-                special_tokens=special_tokens,
-                images=image_tokens // ids.tokens_per_image,
-                scores=tuple(scores),
-                image_failures=failures,
-            )
-        )
-    return stats.SequenceValues(
-        int(input_ids.shape[0]), int((segment_ids == 0).sum()), tuple(pieces)
-    )
-
-
 def median_times(functions: dict, repeat: int) -> dict[str, float]:
     times: dict[str, list[float]] = {name: [] for name in functions}
     for _ in range(repeat):
@@ -157,7 +123,7 @@ def main() -> None:
     def values(function):
         return lambda: [function(s.input_ids, s.segment_ids, s.documents, ids) for s in sequences]
 
-    values_new, values_old = values(stats.sequence_values), values(masks_sequence_values)
+    values_new, values_old = values(stats.sequence_values), values(reference_sequence_values)
     data = write_new()
     assert data == write_old(), "the shards differ"
     assert values_new() == values_old(), "the statistics differ"
