@@ -442,4 +442,3 @@ def test_cli_dry_run_of_a_dataflow_job_touches_nothing(tmp_path):
         "Dry run: the DataflowRunner job was built and validated; nothing was run or written."
         in result.stdout
     )
-
