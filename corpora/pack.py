@@ -23,7 +23,7 @@ from 0.
 
 The split and placement are planned on lightweight :class:`PieceRef` metadata
 (document key, piece bounds), so an engine can plan a group of documents
-without holding their images and join the bytes back by key:
+without holding their tokens or images, and cut the pieces out later:
 :mod:`corpora.pack_groups` plans a build's packing that way, group by group.
 """
 
