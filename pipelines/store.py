@@ -112,13 +112,13 @@ def fetch_pipeline(pipeline: beam.Pipeline, settings: BuildSettings) -> None:
     from pipelines import transforms as t
 
     spec = catalog.get(settings.corpus)
-    docs = build.input_files(pipeline, settings.inputs) | "Read" >> beam.ParDo(
+    read = build.input_files(pipeline, settings.inputs) | "Read" >> beam.ParDo(
         t.ReadSource(spec, settings)
     ).with_outputs(t.DROPPED, t.INPUT, main="docs")
-    docs = docs.docs
+    batches = read.docs | "Batches" >> beam.BatchElements(min_batch_size=8, max_batch_size=256)
     if spec.metadata_filter is not None:
-        docs = (
-            docs
+        batches = (
+            batches
             | "Filter"
             >> beam.ParDo(t.ApplyStage(spec.metadata_filter, settings, "filter")).with_outputs(
                 t.DROPPED, main="docs"
@@ -128,11 +128,12 @@ def fetch_pipeline(pipeline: beam.Pipeline, settings: BuildSettings) -> None:
     if fraction is not None:
         from pipelines.selection import TopFraction
 
-        docs = (docs | "TopFraction" >> TopFraction(spec.rank, fraction)).kept
+        docs = batches | "UnbatchToSelect" >> beam.FlatMap(lambda batch: batch)
+        kept = (docs | "TopFraction" >> TopFraction(spec.rank, fraction)).kept
+        batches = kept | "Rebatch" >> beam.BatchElements(min_batch_size=8, max_batch_size=256)
     fetched = (
-        docs
-        | "Spread" >> beam.Reshuffle()
-        | "Batch" >> beam.BatchElements(min_batch_size=8, max_batch_size=256)
+        batches
+        | "Spread" >> beam.Reshuffle()  # the records themselves: nothing after the fetch
         | "Fetch"
         >> beam.ParDo(t.FetchImages(spec, settings.fetch, settings.store)).with_outputs(
             t.DROPPED, t.IMAGES, t.FAILURES, t.ARRIVED, t.SPLITS, main="docs"
