@@ -140,7 +140,7 @@ def build_pipeline(
     ).with_outputs(t.DROPPED, t.INPUT, main="docs")
     drops = [read.dropped]
     # from here on records travel in batches (lists): Beam's cost is per element
-    batches = read.docs | "Batches" >> beam.BatchElements(min_batch_size=16, max_batch_size=256)
+    batches = read.docs | "Batches" >> t.record_batches()
     if spec.metadata_filter is not None:  # cheap, before any download
         filtered = batches | "Filter" >> beam.ParDo(
             t.ApplyStage(spec.metadata_filter, settings, "filter")
@@ -154,9 +154,7 @@ def build_pipeline(
         selected = (
             batches | "UnbatchToSelect" >> beam.FlatMap(lambda batch: batch)
         ) | "TopFraction" >> TopFraction(spec.rank, fraction)
-        batches = selected.kept | "Rebatch" >> beam.BatchElements(
-            min_batch_size=16, max_batch_size=256
-        )
+        batches = selected.kept | "Rebatch" >> t.record_batches()
         drops, selection = drops + [selected.dropped], beam.pvalue.AsSingleton(selected.summary)
     if spec.images:
         fetched = batches | "Fetch" >> beam.ParDo(
@@ -180,9 +178,7 @@ def build_pipeline(
             else ClipStage(settings.clip, settings.output)
         )
         scored = (batches | "UnbatchToScore" >> beam.FlatMap(lambda batch: batch)) | "Clip" >> stage
-        batches = scored.docs | "RebatchScored" >> beam.BatchElements(
-            min_batch_size=16, max_batch_size=256
-        )
+        batches = scored.docs | "RebatchScored" >> t.record_batches()
         clip_summary = beam.pvalue.AsSingleton(scored.summary)
         drops = drops + [scored.dropped]
     if spec.layout is not None:

@@ -35,15 +35,9 @@ from corpora import pack, shards, stats
 from corpora.pack_groups import group_of, group_offsets, plan_group
 from corpora.settings import BuildSettings
 from corpora.store.files import Files
-from corpora.store.outcomes import ImageRef
-from corpora.store.stash import (
-    DOCUMENTS,
-    BlobWriter,
-    stash_images,
-    stash_writer,
-)
+from corpora.store.stash import DOCUMENTS, STASH, BlobWriter, stash_images, stash_writer
 from pipelines import memory, resume, storage
-from pipelines.store import StashReader, stash_files, stash_root
+from pipelines.store import StashReader, reference, stash_files
 from pipelines.transforms import COUNTS, DROPPED, KEPT, NAMESPACE, SEQUENCE_STATS, _route
 
 # Sequences per element leaving a packing group: enough that Beam's cost per
@@ -66,8 +60,7 @@ class StashDocuments(beam.DoFn):
 
     def setup(self) -> None:
         self._documents = stash_files(self._output, DOCUMENTS)
-        if self._documents is not None:
-            self._images = Files(stash_root(self._output))
+        self._images = stash_files(self._output, STASH)
 
     def process(self, batch: list) -> Iterator[list[tuple[pack.DocumentPlan, Any]]]:
         plans = [_compact_plan(pack.plan_pieces(doc, self._seq_len)) for doc in batch]
@@ -78,7 +71,7 @@ class StashDocuments(beam.DoFn):
         if any(image.data is not None for doc in batch for image in doc.images):
             with stash_writer(self._images) as images:
                 batch = [stash_images(doc, images) for doc in batch]
-        where = [_compact_ref(blobs.put(doc)) for doc in batch]
+        where = [reference(blobs.put(doc)) for doc in batch]
         blobs.flush()  # written before the references leave the bundle
         yield list(zip(plans, where))
 
@@ -98,10 +91,6 @@ def route(
 # of strings and ints pickles several times faster than the dataclasses.
 def _compact_plan(plan: pack.DocumentPlan) -> tuple[str, tuple]:
     return plan.key, tuple((p.index, p.count, p.start, p.end) for p in plan.pieces)
-
-
-def _compact_ref(ref: ImageRef) -> tuple[str, int, int, str]:
-    return ref.tar, ref.offset, ref.size, ref.sha256
 
 
 def _plan(compact: tuple[str, tuple]) -> pack.DocumentPlan:
@@ -184,13 +173,12 @@ class _Documents:
         stashed = {key: where for key, where in places if isinstance(where, tuple)}
         for key, where in sorted(stashed.items(), key=lambda item: item[1][:2]):
             if key not in self._read:
-                self._read[key] = self._reader.get(ImageRef(*where))
+                self._read[key] = self._reader.get(where)
 
     def get(self, key: str, where: Any):
         doc = self._read.get(key)
         if doc is None:
-            place = ImageRef(*where) if isinstance(where, tuple) else where
-            doc = self._read[key] = self._reader.get(place)
+            doc = self._read[key] = self._reader.get(where)
         return doc
 
 

@@ -17,12 +17,8 @@ from corpora.store.files import Files, reachable
 from corpora.store.outcomes import ImageRef
 from corpora.store.reader import ImageReader
 from corpora.store.settings import StoreSettings
-from corpora.store.stash import STASH, STASHES, read_blob, unstash_piece
+from corpora.store.stash import STASHES, read_blob, unstash_piece
 from pipelines.runners import RunnerSettings
-
-
-def stash_root(output: str) -> str:
-    return output.rstrip("/") + "/" + STASH
 
 
 def stash_files(output: str, folder: str) -> Files | None:
@@ -33,15 +29,24 @@ def stash_files(output: str, folder: str) -> Files | None:
     return Files(root) if reachable(root) is None else None
 
 
+def reference(ref: ImageRef) -> tuple[str, int, int, str]:
+    """The form a stash reference crosses between workers in: a plain tuple
+    pickles several times faster than the dataclass, and Beam pickles every
+    element at every crossing."""
+    return ref.tar, ref.offset, ref.size, ref.sha256
+
+
 class StashReader:
-    """Values by reference (:func:`corpora.store.stash.read_blob`), or the
-    value itself where nothing was stashed; images put back into pieces."""
+    """Values by :func:`reference` (:func:`corpora.store.stash.read_blob`),
+    or the value itself where nothing was stashed (a record batch is a list,
+    a document a :class:`~corpora.tokenizer.TokenizedDocument`); images put
+    back into pieces."""
 
     def __init__(self):
         self._reader = ImageReader()
 
     def get(self, value):
-        return read_blob(value, self._reader) if isinstance(value, ImageRef) else value
+        return read_blob(ImageRef(*value), self._reader) if isinstance(value, tuple) else value
 
     def piece(self, piece):
         return unstash_piece(piece, self._reader)
@@ -52,12 +57,11 @@ class StashReader:
 
 def remove_stash(_, output: str) -> None:
     """Delete the build's stash once the manifest is written (the shards hold
-    the images, the documents and the sequences)."""
+    its records, documents and images)."""
     for folder in STASHES:
-        root = output.rstrip("/") + "/" + folder
-        if reachable(root) is not None:
+        files = stash_files(output, folder)
+        if files is None:
             return  # nothing was stashed
-        files = Files(root)
         try:
             files.fs.rm(files.path(""), recursive=True)
         except FileNotFoundError:
@@ -115,7 +119,7 @@ def fetch_pipeline(pipeline: beam.Pipeline, settings: BuildSettings) -> None:
     read = build.input_files(pipeline, settings.inputs) | "Read" >> beam.ParDo(
         t.ReadSource(spec, settings)
     ).with_outputs(t.DROPPED, t.INPUT, main="docs")
-    batches = read.docs | "Batches" >> beam.BatchElements(min_batch_size=8, max_batch_size=256)
+    batches = read.docs | "Batches" >> t.record_batches()
     if spec.metadata_filter is not None:
         batches = (
             batches
@@ -130,7 +134,7 @@ def fetch_pipeline(pipeline: beam.Pipeline, settings: BuildSettings) -> None:
 
         docs = batches | "UnbatchToSelect" >> beam.FlatMap(lambda batch: batch)
         kept = (docs | "TopFraction" >> TopFraction(spec.rank, fraction)).kept
-        batches = kept | "Rebatch" >> beam.BatchElements(min_batch_size=8, max_batch_size=256)
+        batches = kept | "Rebatch" >> t.record_batches()
     fetched = (
         batches
         | "Spread" >> beam.Reshuffle()  # the records themselves: nothing after the fetch

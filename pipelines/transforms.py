@@ -24,7 +24,7 @@ from corpora.store.stash import RECORDS, BlobWriter
 from corpora.tokenizer import TokenizedDocument, Tokenizer, tokenize_document
 from pipelines import memory
 from pipelines.storage import read_failure_urls
-from pipelines.store import StashReader, stash_files
+from pipelines.store import StashReader, reference, stash_files
 
 DROPPED = "dropped"
 INPUT = "input"
@@ -48,6 +48,12 @@ def _route(result: Document | Drop | Any, stage: str):
         return beam.pvalue.TaggedOutput(DROPPED, result)
     Metrics.counter(NAMESPACE, f"{stage}.out").inc()
     return result
+
+
+def record_batches() -> beam.BatchElements:
+    """Records into batches (lists) of up to 256, the unit every stage after
+    the read takes: Beam's cost is per element."""
+    return beam.BatchElements(min_batch_size=16, max_batch_size=256)
 
 
 def _route_batch(results: Iterable, stage: str) -> Iterator:
@@ -102,7 +108,7 @@ class _StashBatch(beam.DoFn):
         writer = BlobWriter(self._files)
         ref = writer.put(batch)
         writer.flush()  # written before the reference leaves the bundle
-        yield ref
+        yield reference(ref)
 
 
 class _UnstashBatch(beam.DoFn):

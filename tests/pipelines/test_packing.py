@@ -10,7 +10,6 @@ from apache_beam.testing.util import assert_that, equal_to
 from corpora import pack, reader
 from corpora.pack_groups import group_of
 from corpora.settings import BuildSettings
-from corpora.store.outcomes import ImageRef
 from corpora.store.stash import DOCUMENTS
 from corpora.tokenizer import TokenizedDocument
 from pipelines import packing
@@ -129,7 +128,7 @@ def test_stashed_documents_read_back_equal_with_their_images_by_reference(tmp_pa
     [[(compact, where)]] = list(stash.process([doc]))
     plan = packing._plan(compact)
     reader = StashReader()
-    stored = reader.get(ImageRef(*where))
+    stored = reader.get(where)
     assert plan.key == pack.doc_key(doc)  # taken while the image bytes were there
     assert stored.images[0].data is None  # the image travels as a reference
     piece = reader.piece(pack.cut_piece(stored, plan.pieces[0]))
