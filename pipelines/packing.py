@@ -214,13 +214,14 @@ class WriteShard(beam.DoFn):
         ordered = sorted(
             (sequence for chunk in chunks for sequence in chunk), key=lambda sequence: sequence[0]
         )
-        info = resume.completed_shard(settings.output, name, self._samples(shard_index, ordered))
-        values: list[stats.SequenceValues] = []
+        values: list[stats.SequenceValues] = []  # filled by the pass that checks the bytes
+        info = resume.completed_shard(
+            settings.output, name, self._samples(shard_index, ordered, values)
+        )
         if info is not None:  # a previous attempt wrote exactly this shard: leave it
             Metrics.counter(NAMESPACE, "shards.resumed").inc()
-            if self._stat_ids is not None:
-                values = [self._values(s) for _, s in self._samples(shard_index, ordered)]
         else:
+            values = []  # a check that found other bytes went through them all
             with storage.create_atomically(FileSystems.join(settings.output, name)) as stream:
                 info = shards.write_shard(stream, self._samples(shard_index, ordered, values))
             resume.write_marker(settings.output, name, info)

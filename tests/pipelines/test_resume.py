@@ -141,6 +141,10 @@ def test_sigkill_then_same_command_finishes_only_missing_shards(
     assert funnel["input"] == funnel["kept"] + sum(funnel["dropped"].values())
     assert funnel == reference_manifest["funnel"]
     assert manifest["shards"] == reference_manifest["shards"]
+    # the statistics count the shards left untouched too, once each
+    with open(os.path.join(output, "stats.json"), "rb") as got:
+        with open(os.path.join(reference, "stats.json"), "rb") as want:
+            assert got.read() == want.read()
 
 
 def test_changed_settings_are_refused_unless_overwrite(tmp_path, tokenizer_path):
