@@ -129,7 +129,10 @@ _HEADER_FIXED_SUM = sum(_HEADER_MODE_TO_SIZE) + sum(_HEADER_AFTER_SIZE)
 _MAX_SIZE = 8**11  # USTAR's 11 octal digits
 
 
-def _fixed_tarinfo(name: str, size: int) -> tarfile.TarInfo:
+def fixed_tarinfo(name: str, size: int) -> tarfile.TarInfo:
+    """A member of ``size`` bytes with the fixed metadata every tar of the
+    project carries (shards, image-store parts): mtime 0, mode 0444, uid/gid 0,
+    no user or group names."""
     info = tarfile.TarInfo(name)
     info.size = size
     info.mtime = 0
@@ -144,7 +147,7 @@ def tar_header(name: str, size: int) -> bytes:
     encoded = name.encode(tarfile.ENCODING, "surrogateescape")
     if len(encoded) > 100 or size >= _MAX_SIZE:
         # tarfile splits a long name into prefix and name (or refuses it): its header, its error
-        return _fixed_tarinfo(name, size).tobuf(
+        return fixed_tarinfo(name, size).tobuf(
             tarfile.USTAR_FORMAT, tarfile.ENCODING, "surrogateescape"
         )
     name_field = encoded + b"\0" * (100 - len(encoded))

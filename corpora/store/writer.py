@@ -29,6 +29,7 @@ import time
 import warnings
 from typing import Any, Callable
 
+from corpora.shards.writing import fixed_tarinfo
 from corpora.store.files import Files
 from corpora.store.keys import StoreError, image_key, new_writer_id, part_name, split_dir
 from corpora.store.outcomes import Failed, ImageRef, Stored
@@ -176,12 +177,7 @@ class _OpenPart:
 
 def _member(tar: tarfile.TarFile, name: str, data: bytes) -> int:
     """Append a member; the offset of its data in the tar."""
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    info.mtime = 0
-    info.mode = 0o444
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
+    info = fixed_tarinfo(name, len(data))
     offset = tar.offset + len(info.tobuf(tar.format, tar.encoding, tar.errors))
     tar.addfile(info, io.BytesIO(data))
     tar.members.clear()  # tarfile keeps every header otherwise: memory would grow with the part
