@@ -15,15 +15,40 @@ from corpora.inputs import InputError
 from pipelines.runners import (
     RUNNER_FLAGS,
     RunnerError,
+    RunnerSettings,
     fit_to_input,
     runner_settings_from_flags,
     use_filesystems,
 )
+from pipelines.workers import Zygote, wanted
 
 
 def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str, Any]) -> None:
     """Build ``corpus`` with the command line's ``flags``; exit 2 on a usage
     error, 1 when the pipeline fails."""
+    verbose = logging.getLogger().isEnabledFor(logging.INFO)
+    runner_flags = {name: flags.pop(name) for name in RUNNER_FLAGS}
+    with usage_errors(RunnerError):
+        runner = runner_settings_from_flags(beam_args, **runner_flags)
+    # the workers' imports start now, beside this process's (pipelines.workers);
+    # the bundled sample is built in this process
+    warm = flags["inputs"] and wanted(runner.runner, runner.workers, runner.beam_args)
+    zygote = Zygote(verbose) if warm else None
+    try:
+        _build(corpus, runner, runner_flags["workers"] is None, overwrite, flags, zygote)
+    finally:
+        if zygote is not None:
+            zygote.close()
+
+
+def _build(
+    corpus: str,
+    runner: RunnerSettings,
+    fit_workers: bool,
+    overwrite: bool,
+    flags: dict[str, Any],
+    zygote: Zygote | None,
+) -> None:
     from corpora.lock import LockError
     from corpora.shards.resume import SettingsChanged
     from corpora.store import StoreError
@@ -32,9 +57,7 @@ def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str,
     from pipelines.store import check_store
 
     verbose = logging.getLogger().isEnabledFor(logging.INFO)
-    runner_flags = {name: flags.pop(name) for name in RUNNER_FLAGS}
     with usage_errors(FlagError, InputError, RunnerError, StoreError):
-        runner = runner_settings_from_flags(beam_args, **runner_flags)
         use_filesystems(runner, verbose)  # s3 endpoint and keys, for the input checks
         settings = settings_from_flags(corpus, **flags)
         clip_line = describe_clip(settings)
@@ -44,12 +67,15 @@ def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str,
             )
         settings = resolve_inputs(settings)
         check_store(settings.store)
-        if runner_flags["workers"] is None:  # a small build: one worker, in this process
+        if fit_workers:  # a small build: one worker, in this process
             runner = fit_to_input(runner, input_bytes(settings))
+    if zygote is not None and runner.workers == 1:
+        zygote.close()  # not needed after all
+        zygote = None
     if clip_line:
         click.echo(clip_line)
     # remote runners size their own workers unless --workers is given
-    shown = runner.runner == "DirectRunner" or runner_flags["workers"] is not None
+    shown = runner.runner == "DirectRunner" or not fit_workers
     where = f" ({runner.workers} worker{'s' if runner.workers != 1 else ''})" if shown else ""
     click.echo(f"Building {corpus} → {settings.output} with {runner.runner}{where}")
     click.echo("  " + ", ".join(f"{k}={v}" for k, v in settings.derived().items()))
@@ -63,6 +89,7 @@ def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str,
                 overwrite=overwrite,
                 verbose=verbose,
                 progress_every=settings.fetch.progress_interval,
+                worker_command=zygote.command if zygote is not None else None,
             )
     except UsageFailure:
         raise

@@ -22,7 +22,14 @@ from corpora import catalog
 from corpora.flags import PROGRESS_EVERY, FlagError, settings_from_flags
 from corpora.inputs import InputError
 from corpora.store import ImageStore, StoreError
-from pipelines.runners import RUNNERS, RunnerError, runner_settings_from_flags, use_filesystems
+from pipelines.runners import (
+    RUNNERS,
+    RunnerError,
+    RunnerSettings,
+    runner_settings_from_flags,
+    use_filesystems,
+)
+from pipelines.workers import Zygote, wanted
 
 
 @click.command()
@@ -69,16 +76,30 @@ def fetch(corpus, beam_args, workers, runner, **flags):
 def run(
     corpus: str, beam_args: Sequence[str], runner_flags: dict[str, Any], flags: dict[str, Any]
 ) -> None:
-    from pipelines.inputs import resolve_inputs
-    from pipelines.store import check_store, run_fetch
-
     verbose = logging.getLogger().isEnabledFor(logging.INFO)
     if flags.get("image_store") is None:
         raise UsageFailure("corpora fetch needs --image-store URI: where the images are kept")
     if flags.get("no_image_store"):
         raise UsageFailure("corpora fetch keeps images in --image-store; drop --no-image-store")
-    with usage_errors(FlagError, InputError, RunnerError, StoreError):
+    with usage_errors(RunnerError):
         runner = runner_settings_from_flags(beam_args, **runner_flags)
+    # the workers' imports start now, beside this process's (pipelines.workers)
+    zygote = Zygote(verbose) if wanted(runner.runner, runner.workers, runner.beam_args) else None
+    try:
+        _fetch(corpus, runner, flags, zygote)
+    finally:
+        if zygote is not None:
+            zygote.close()
+
+
+def _fetch(
+    corpus: str, runner: RunnerSettings, flags: dict[str, Any], zygote: Zygote | None
+) -> None:
+    from pipelines.inputs import resolve_inputs
+    from pipelines.store import check_store, run_fetch
+
+    verbose = logging.getLogger().isEnabledFor(logging.INFO)
+    with usage_errors(FlagError, InputError, RunnerError, StoreError):
         use_filesystems(runner, verbose)
         settings = resolve_inputs(settings_from_flags(corpus, **flags))
         check_store(settings.store)
@@ -86,7 +107,9 @@ def run(
     click.echo(f"Fetching {corpus} images → {settings.store.uri} with {runner.runner}")
     try:
         with usage_errors(RunnerError), only_corpora_lines(not verbose):
-            counters, seconds = run_fetch(settings, runner)
+            counters, seconds = run_fetch(
+                settings, runner, zygote.command if zygote is not None else None
+            )
     except UsageFailure:
         raise
     except Exception as exc:  # one line: exit 2 for an unreadable input, 1 otherwise

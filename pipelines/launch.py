@@ -128,9 +128,12 @@ def execute(
     overwrite: bool = False,
     verbose: bool = False,
     progress_every: float = 0,
+    worker_command: str | None = None,
 ) -> BuildOutcome:
     """Build ``settings`` on ``runner``; resume the output if it holds an
-    interrupted attempt of the same build.
+    interrupted attempt of the same build. A multi-process DirectRunner
+    starts its workers with ``worker_command`` when given
+    (:class:`pipelines.workers.Zygote`).
 
     The build holds the output's lock (:mod:`corpora.lock`) from before it
     touches the output to its end: a second build into the same output gets
@@ -148,7 +151,7 @@ def execute(
         steady_memory()
     FileSystems.set_options(options)  # s3 endpoint and keys for this process's own reads and writes
     try:  # Beam validates the options for the runner here (project id, temp location, …)
-        pipeline = beam.Pipeline(runner=make_runner(options), options=options)
+        pipeline = beam.Pipeline(runner=make_runner(options, worker_command), options=options)
     except ValueError as exc:
         raise RunnerError(
             f"invalid options for {runner.runner}: {' '.join(str(exc).split())}"

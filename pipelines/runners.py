@@ -333,8 +333,10 @@ def use_filesystems(settings: RunnerSettings, verbose: bool = False) -> None:
         raise RunnerError("invalid Beam options after --") from None
 
 
-def make_runner(options: PipelineOptions):
-    """The runner object for ``options`` (``None`` lets Beam choose by name)."""
+def make_runner(options: PipelineOptions, worker_command: str | None = None):
+    """The runner object for ``options`` (``None`` lets Beam choose by name);
+    a multi-process DirectRunner starts its workers with ``worker_command``
+    when given (a :class:`pipelines.workers.Zygote`'s)."""
     from apache_beam.options.pipeline_options import StandardOptions
 
     if options.view_as(StandardOptions).runner not in (None, "DirectRunner"):
@@ -349,4 +351,12 @@ def make_runner(options: PipelineOptions):
     provision = fn_runner.ExtendedProvisionInfo(
         beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
     )
-    return fn_runner.FnApiRunner(provision_info=provision)
+    runner = fn_runner.FnApiRunner(provision_info=provision)
+    if worker_command is not None:
+        from pipelines.workers import set_worker_command
+
+        run = runner.run_via_runner_api  # the one place Beam's pipeline proto passes through
+        runner.run_via_runner_api = lambda proto, options: run(
+            set_worker_command(proto, worker_command), options
+        )
+    return runner

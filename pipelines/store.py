@@ -146,9 +146,12 @@ def fetch_pipeline(pipeline: beam.Pipeline, settings: BuildSettings) -> None:
     _ = fetched[t.SPLITS] | "StoreMarkers" >> MarkComplete(settings.store)
 
 
-def run_fetch(settings: BuildSettings, runner: RunnerSettings) -> tuple[dict[str, int], float]:
-    """Run :func:`fetch_pipeline`; the run's ``corpora`` counters
-    (``images.<outcome>``, ``arrived.<arrival>``) and its wall time."""
+def run_fetch(
+    settings: BuildSettings, runner: RunnerSettings, worker_command: str | None = None
+) -> tuple[dict[str, int], float]:
+    """Run :func:`fetch_pipeline` (its workers started with ``worker_command``
+    when given, as :func:`pipelines.launch.execute`'s); the run's ``corpora``
+    counters (``images.<outcome>``, ``arrived.<arrival>``) and its wall time."""
     import time
 
     from apache_beam.io.filesystems import FileSystems
@@ -162,7 +165,7 @@ def run_fetch(settings: BuildSettings, runner: RunnerSettings) -> tuple[dict[str
         steady_memory()
     FileSystems.set_options(options)
     try:
-        pipeline = beam.Pipeline(runner=make_runner(options), options=options)
+        pipeline = beam.Pipeline(runner=make_runner(options, worker_command), options=options)
     except ValueError as exc:
         raise RunnerError(
             f"invalid options for {runner.runner}: {' '.join(str(exc).split())}"
