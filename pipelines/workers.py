@@ -79,7 +79,7 @@ class Zygote:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "pipelines.workers", str(listener.fileno())],
                 stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,  # a line once its imports are done
                 stderr=None if verbose else subprocess.DEVNULL,
                 pass_fds=[listener.fileno()],
             )
@@ -102,14 +102,23 @@ class Zygote:
         return shlex.join([sys.executable, "-I", "-S", SHIM, self.path])
 
     def close(self) -> None:
-        """Stop the zygote (workers it started run on to their end)."""
-        if self._process.stdin is not None and not self._process.stdin.closed:
+        """Stop the zygote: at once if it is still importing (the build
+        needed no workers after all); otherwise once it has waited for its
+        workers, which are done when the pipeline is."""
+        if self._process.poll() is None:
+            if not select.select([self._process.stdout], [], [], 0)[0]:  # no "ready" yet
+                self._process.kill()
             self._process.stdin.close()
-        try:
-            self._process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        for stream in (self._process.stdin, self._process.stdout):
+            stream.close()
         shutil.rmtree(self._folder, ignore_errors=True)
 
     def __enter__(self) -> "Zygote":
@@ -142,6 +151,7 @@ def serve(listener_fd: int) -> None:
     listener = socket.socket(fileno=listener_fd)
     for module in PRELOAD:
         __import__(module)
+    print("ready", flush=True)
     workers: set[int] = set()
     while True:
         ready, _, _ = select.select([listener, sys.stdin], [], [], 1.0)

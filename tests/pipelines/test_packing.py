@@ -128,9 +128,15 @@ def test_stashed_documents_read_back_equal_with_their_images_by_reference(tmp_pa
     [[(compact, where)]] = list(stash.process([doc]))
     plan = packing._plan(compact)
     reader = StashReader()
-    stored = reader.get(where)
+    stored = packing._restored(reader.get(where))
     assert plan.key == pack.doc_key(doc)  # taken while the image bytes were there
     assert stored.images[0].data is None  # the image travels as a reference
+    assert (stored.id, stored.corpus, stored.spans, stored.provenance) == (
+        doc.id,
+        doc.corpus,
+        doc.spans,
+        doc.provenance,
+    )
     piece = reader.piece(pack.cut_piece(stored, plan.pieces[0]))
     assert piece.images == doc.images
     np.testing.assert_array_equal(piece.input_ids, doc.input_ids)
