@@ -20,7 +20,7 @@ from pipelines.runners import (
     runner_settings_from_flags,
     use_filesystems,
 )
-from pipelines.workers import Zygote, wanted
+from pipelines.workers import Zygote, start_zygote, wanted
 
 
 def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str, Any]) -> None:
@@ -31,11 +31,13 @@ def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str,
     with usage_errors(RunnerError):
         runner = runner_settings_from_flags(beam_args, **runner_flags)
     # the workers' imports start now, beside this process's (pipelines.workers);
-    # the bundled sample is built in this process
-    warm = flags["inputs"] and wanted(runner.runner, runner.workers, runner.beam_args)
-    zygote = Zygote(verbose) if warm else None
+    # the bundled sample is built in this process unless --workers says otherwise
+    fit_workers = runner_flags["workers"] is None
+    sample = not flags["inputs"] and fit_workers
+    warm = not sample and wanted(runner)
+    zygote = start_zygote(verbose) if warm else None
     try:
-        _build(corpus, runner, runner_flags["workers"] is None, overwrite, flags, zygote)
+        _build(corpus, runner, fit_workers, overwrite, flags, zygote)
     finally:
         if zygote is not None:
             zygote.close()

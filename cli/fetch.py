@@ -29,7 +29,7 @@ from pipelines.runners import (
     runner_settings_from_flags,
     use_filesystems,
 )
-from pipelines.workers import Zygote, wanted
+from pipelines.workers import Zygote, start_zygote, wanted
 
 
 @click.command()
@@ -84,7 +84,7 @@ def run(
     with usage_errors(RunnerError):
         runner = runner_settings_from_flags(beam_args, **runner_flags)
     # the workers' imports start now, beside this process's (pipelines.workers)
-    zygote = Zygote(verbose) if wanted(runner.runner, runner.workers, runner.beam_args) else None
+    zygote = start_zygote(verbose) if wanted(runner) else None
     try:
         _fetch(corpus, runner, flags, zygote)
     finally:

@@ -28,6 +28,7 @@ turns warm workers off; they are used on Linux only.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import select
 import shlex
@@ -40,27 +41,40 @@ import threading
 import traceback
 from typing import Any
 
+from pipelines.runners import RunnerSettings
+
 SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_worker_shim.py")
 BEAM_WORKER = "-m apache_beam.runners.worker.sdk_worker_main"  # the end of Beam's command
 # What a worker needs before its first bundle, imported by the zygote once
 PRELOAD = ("apache_beam.runners.worker.sdk_worker_main", "pipelines.build", "pipelines.store")
 
 
-def wanted(runner: str, workers: int, beam_args=()) -> bool:
-    """Whether a build on ``runner`` with ``workers`` starts warm workers:
-    a DirectRunner build on more than one worker process, on Linux, unless
+def wanted(runner: RunnerSettings) -> bool:
+    """Whether a build on ``runner`` starts warm workers: a DirectRunner
+    build on more than one worker process, on Linux, unless
     ``CORPORA_WORKERS=spawn`` or the Beam options choose the running mode.
 
-    >>> wanted("DirectRunner", 1), wanted("DataflowRunner", 4)
+    >>> portable = RunnerSettings("PortableRunner", 4, job_endpoint="localhost:8099")
+    >>> wanted(RunnerSettings(workers=1)), wanted(portable)
     (False, False)
     """
     return (
-        runner == "DirectRunner"
-        and workers > 1
+        runner.runner == "DirectRunner"
+        and runner.workers > 1
         and sys.platform.startswith("linux")
         and os.environ.get("CORPORA_WORKERS") != "spawn"
-        and not any("direct_running_mode" in arg for arg in beam_args)
+        and not any("direct_running_mode" in arg for arg in runner.beam_args)
     )
+
+
+def start_zygote(verbose: bool = False) -> "Zygote | None":
+    """A :class:`Zygote`, or ``None`` where one cannot start (no temporary
+    folder, a socket path too long): the build then starts Beam's own workers."""
+    try:
+        return Zygote(verbose)
+    except OSError as exc:
+        logging.getLogger(__name__).info("warm workers are off: %s", exc)
+        return None
 
 
 class Zygote:

@@ -215,6 +215,15 @@ def test_build_writes_the_recorded_bytes(name, server, tmp_path):
     assert build_digests(name, BUILDS[name], str(tmp_path), server) == EXPECTED[name]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["c4", "coyo", "mmc4-reassign"])
+def test_two_warm_workers_write_the_recorded_bytes(name, server, tmp_path):
+    """Two worker processes, forked by the build's zygote (pipelines/workers.py),
+    write one worker's bytes."""
+    digests = build_digests(name, BUILDS[name], str(tmp_path), server, "--workers", "2")
+    assert digests == EXPECTED[name]
+
+
 @pytest.mark.parametrize("name", sorted(CLIP_BUILDS))
 def test_clip_build_writes_the_recorded_bytes(name, server, tiny_clip, tmp_path):  # noqa: F811
     digests = build_digests(name, CLIP_BUILDS[name], str(tmp_path), server, *clip_flags(tiny_clip))

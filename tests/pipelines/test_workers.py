@@ -116,8 +116,10 @@ def test_only_beams_own_worker_command_is_replaced():
 
 
 def test_warm_workers_are_for_local_multi_process_builds_only(monkeypatch):
-    assert wanted("DirectRunner", 2)
-    assert not wanted("DirectRunner", 2, ("--direct_running_mode=multi_threading",))
-    assert not wanted("PortableRunner", 2)
+    assert wanted(RunnerSettings(workers=2))
+    assert not wanted(
+        RunnerSettings(workers=2, beam_args=("--direct_running_mode=multi_threading",))
+    )
+    assert not wanted(RunnerSettings("PortableRunner", 2, job_endpoint="localhost:1"))
     monkeypatch.setenv("CORPORA_WORKERS", "spawn")
-    assert not wanted("DirectRunner", 2)
+    assert not wanted(RunnerSettings(workers=2))
