@@ -139,8 +139,7 @@ def build_pipeline(
         t.ReadSource(spec, settings)
     ).with_outputs(t.DROPPED, t.INPUT, main="docs")
     drops = [read.dropped]
-    # from here on records travel in batches (lists): Beam's cost is per element
-    batches = read.docs | "Batches" >> t.record_batches()
+    batches = read.docs  # from here on records travel in batches (lists)
     if spec.metadata_filter is not None:  # cheap, before any download
         filtered = batches | "Filter" >> beam.ParDo(
             t.ApplyStage(spec.metadata_filter, settings, "filter")

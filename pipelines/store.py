@@ -119,7 +119,7 @@ def fetch_pipeline(pipeline: beam.Pipeline, settings: BuildSettings) -> None:
     read = build.input_files(pipeline, settings.inputs) | "Read" >> beam.ParDo(
         t.ReadSource(spec, settings)
     ).with_outputs(t.DROPPED, t.INPUT, main="docs")
-    batches = read.docs | "Batches" >> t.record_batches()
+    batches = read.docs  # in batches (lists), as in a build
     if spec.metadata_filter is not None:
         batches = (
             batches

@@ -50,10 +50,15 @@ def _route(result: Document | Drop | Any, stage: str):
     return result
 
 
+# Records travel in batches (lists) of MIN_BATCH to MAX_BATCH from the read
+# on, the unit every stage takes: Beam's cost is per element.
+MIN_BATCH, MAX_BATCH = 16, 256
+
+
 def record_batches() -> beam.BatchElements:
-    """Records into batches (lists) of up to 256, the unit every stage after
-    the read takes: Beam's cost is per element."""
-    return beam.BatchElements(min_batch_size=16, max_batch_size=256)
+    """Records into batches (lists) of up to :data:`MAX_BATCH` (after a
+    global selection, which takes records one by one)."""
+    return beam.BatchElements(min_batch_size=MIN_BATCH, max_batch_size=MAX_BATCH)
 
 
 def _route_batch(results: Iterable, stage: str) -> Iterator:
@@ -123,7 +128,9 @@ class _UnstashBatch(beam.DoFn):
 
 
 class ReadSource(beam.DoFn):
-    """One input file → the corpus's records; counts every funnel unit read."""
+    """One input file → the corpus's records, in batches (lists) that grow
+    from :data:`MIN_BATCH` to :data:`MAX_BATCH` records, so that a small
+    input still spreads over the workers; counts every funnel unit read."""
 
     def __init__(self, spec: CorpusSpec, settings: BuildSettings):
         self._spec = spec
@@ -135,12 +142,21 @@ class ReadSource(beam.DoFn):
         # the split rides along to the fetch stage, which removes it; a text corpus has none
         store = self._settings.store.uri is not None and self._spec.images
         split = fetch.store_split(path) if store else None
+        batch, size = [], MIN_BATCH
         with readable_file.open() as stream:
             for result in self._spec.read(stream, path, self._settings):
-                units += result.count if isinstance(result, Drop) else 1
-                if split is not None and isinstance(result, Document):
+                if isinstance(result, Drop):
+                    units += result.count
+                    yield _route(result, "read")
+                    continue
+                units += 1
+                if split is not None:
                     result = result.with_meta(**{fetch.STORE_SPLIT: split})
-                yield _route(result, "read")
+                batch.append(result)
+                if len(batch) == size:
+                    yield from _route_batch(batch, "read")
+                    batch, size = [], min(2 * size, MAX_BATCH)
+        yield from _route_batch(batch, "read")
         Metrics.counter(NAMESPACE, "input").inc(units)
         yield beam.pvalue.TaggedOutput(INPUT, units)
 

@@ -53,7 +53,6 @@ def test_read_fetch_tokenize_in_beam(tmp_path, image_server, tokenizer_path):
         )
         fetched = (
             read.docs
-            | beam.BatchElements(min_batch_size=4)
             | beam.ParDo(t.FetchImages(spec, settings.fetch)).with_outputs(t.DROPPED, main="docs")
         )
         tokens = fetched.docs | beam.ParDo(t.Tokenize(tokenizer)) | beam.FlatMap(lambda b: b)
