@@ -226,6 +226,7 @@ def _split_stack(stack: str) -> list[str]:
 
 SHORT_NAMES = (
     ("sdk_worker_main", "Beam SDK worker"),
+    ("pipelines.workers", "Beam SDK workers, warm (the zygote and its forks)"),
     ("from cli.main import main", "corpora (main process)"),
     ("img2dataset", "img2dataset"),
     ("multiprocessing", "img2dataset worker (spawned)"),
