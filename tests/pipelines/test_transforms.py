@@ -51,9 +51,8 @@ def test_read_fetch_tokenize_in_beam(tmp_path, image_server, tokenizer_path):
             | fileio.ReadMatches(compression=CompressionTypes.UNCOMPRESSED)
             | beam.ParDo(t.ReadSource(spec, settings)).with_outputs(t.DROPPED, t.INPUT, main="docs")
         )
-        fetched = (
-            read.docs
-            | beam.ParDo(t.FetchImages(spec, settings.fetch)).with_outputs(t.DROPPED, main="docs")
+        fetched = read.docs | beam.ParDo(t.FetchImages(spec, settings.fetch)).with_outputs(
+            t.DROPPED, main="docs"
         )
         tokens = fetched.docs | beam.ParDo(t.Tokenize(tokenizer)) | beam.FlatMap(lambda b: b)
         assert_that(read.input | "SumIn" >> beam.CombineGlobally(sum), equal_to([4]), label="input")
