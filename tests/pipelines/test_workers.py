@@ -20,8 +20,9 @@ from pipelines.workers import BEAM_WORKER, SHIM, Zygote, set_worker_command, wan
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
 
-def warm_pipeline(zygote: Zygote) -> beam.Pipeline:
-    options = pipeline_options(RunnerSettings(runner="DirectRunner", workers=2))
+def warm_pipeline(zygote: Zygote, *beam_args: str) -> beam.Pipeline:
+    settings = RunnerSettings(runner="DirectRunner", workers=2, beam_args=beam_args)
+    options = pipeline_options(settings)
     return beam.Pipeline(runner=make_runner(options, zygote.command), options=options)
 
 
@@ -42,7 +43,9 @@ def fail(value: int) -> int:
 
 def test_a_failing_worker_fails_the_pipeline_with_its_error():
     with Zygote() as zygote:
-        pipeline = warm_pipeline(zygote)
+        # the worker logs nothing: this process would print its error (relayed late) to a
+        # later test's output
+        pipeline = warm_pipeline(zygote, "--default_sdk_harness_log_level=CRITICAL")
         pipeline | beam.Create([7]) | beam.Map(fail)
         with pytest.raises(Exception, match="record 7 is broken"):
             pipeline.run().wait_until_finish()
