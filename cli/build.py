@@ -62,6 +62,8 @@ def _build(
     with usage_errors(FlagError, InputError, RunnerError, StoreError):
         use_filesystems(runner, verbose)  # s3 endpoint and keys, for the input checks
         settings = settings_from_flags(corpus, **flags)
+        if zygote is not None and settings.clip is not None:
+            zygote.preload("torch", "open_clip")  # beside this process's load of the model
         clip_line = describe_clip(settings)
         if not flags["inputs"]:
             click.echo(

@@ -103,6 +103,16 @@ class Zygote:
         finally:
             listener.close()  # the zygote's is the only one: once it is gone, workers see it
 
+    def preload(self, *modules: str) -> None:
+        """Have the zygote import ``modules`` too before it forks a worker
+        (a build's CLIP stage: torch and open_clip)."""
+        if self._process.poll() is None:
+            try:
+                self._process.stdin.write((" ".join(modules) + "\n").encode())
+                self._process.stdin.flush()
+            except BrokenPipeError:  # it is gone: the workers start as Beam's own
+                pass
+
     @property
     def pid(self) -> int:
         return self._process.pid
@@ -161,7 +171,8 @@ def set_worker_command(pipeline_proto, command: str):
 
 def serve(listener_fd: int) -> None:
     """The zygote: import what workers need, then fork one per request on
-    the socket until standard input closes."""
+    the socket until standard input closes; a line there names more modules
+    to import (:meth:`Zygote.preload`)."""
     listener = socket.socket(fileno=listener_fd)
     for module in PRELOAD:
         __import__(module)
@@ -170,9 +181,14 @@ def serve(listener_fd: int) -> None:
     while True:
         ready, _, _ = select.select([listener, sys.stdin], [], [], 1.0)
         _reap(workers)
-        if sys.stdin in ready:  # the launcher closed it, or is gone
-            _reap(workers, block=True)
-            return
+        if sys.stdin in ready:
+            line = sys.stdin.readline()
+            if not line:  # the launcher closed it, or is gone
+                _reap(workers, block=True)
+                return
+            for module in line.split():
+                __import__(module)
+            continue
         if not ready:
             continue
         connection, _ = listener.accept()

@@ -37,6 +37,18 @@ def test_workers_are_forked_by_the_zygote_and_compute_the_same():
             assert_that(out, equal_to([(zygote.pid, value * value) for value in range(20)]))
 
 
+def wave_loaded(_) -> bool:
+    return "wave" in sys.modules  # a module nothing here imports
+
+
+def test_a_module_preloaded_by_the_zygote_is_in_its_workers():
+    with Zygote() as zygote:
+        zygote.preload("wave")
+        with warm_pipeline(zygote) as pipeline:
+            loaded = pipeline | beam.Create([1, 2]) | beam.Map(wave_loaded)
+            assert_that(loaded, equal_to([True, True]))
+
+
 def fail(value: int) -> int:
     raise ValueError(f"record {value} is broken")
 
