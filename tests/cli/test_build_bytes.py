@@ -224,6 +224,14 @@ def test_two_warm_workers_write_the_recorded_bytes(name, server, tmp_path):
     assert digests == EXPECTED[name]
 
 
+@pytest.mark.slow
+def test_two_warm_workers_score_with_clip_to_the_recorded_bytes(server, tiny_clip, tmp_path):  # noqa: F811
+    """The zygote imported torch and open_clip before forking the workers that score."""
+    extra = (*clip_flags(tiny_clip), "--workers", "2")
+    digests = build_digests("mmc4-clip", CLIP_BUILDS["mmc4-clip"], str(tmp_path), server, *extra)
+    assert digests == EXPECTED["mmc4-clip"]
+
+
 @pytest.mark.parametrize("name", sorted(CLIP_BUILDS))
 def test_clip_build_writes_the_recorded_bytes(name, server, tiny_clip, tmp_path):  # noqa: F811
     digests = build_digests(name, CLIP_BUILDS[name], str(tmp_path), server, *clip_flags(tiny_clip))
