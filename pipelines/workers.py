@@ -14,7 +14,9 @@ worker command becomes :mod:`pipelines._worker_shim`, a standard-library
 script (``python -I -S``, a few milliseconds) that hands the zygote its
 environment and standard streams; the zygote forks, the child runs Beam's
 worker main with them, and the script exits with the worker's status. Beam
-sees an ordinary worker process; killing the script kills the worker. The
+sees an ordinary worker process; killing the script kills the worker. A
+build that scores with CLIP has the zygote import torch and open_clip as
+well (:meth:`Zygote.preload`), beside the launcher's check of the model. The
 zygote has run no pipeline (no gRPC state is forked), allocates with
 malloc's defaults (:mod:`pipelines.memory` is the launcher's), waits for
 its workers (so their CPU time counts in the launcher's children's, as
