@@ -129,6 +129,11 @@ class RunnerSettings:
         return any(arg.split("=", 1)[0].lstrip("-") == beam_flag for arg in self.beam_args)
 
     @property
+    def chose_running_mode(self) -> bool:
+        """Whether the Beam options after ``--`` set the DirectRunner's running mode."""
+        return any("direct_running_mode" in arg for arg in self.beam_args)
+
+    @property
     def local(self) -> bool:
         """Whether the workers share this machine's disk (progress can look at it)."""
         return self.runner == "DirectRunner" or self.environment_type == "LOOPBACK"
@@ -240,8 +245,12 @@ def fit_to_input(settings: RunnerSettings, input_bytes: int | None) -> RunnerSet
     8
     """
     small = input_bytes is not None and input_bytes <= SMALL_INPUT_BYTES
-    chose_mode = any("direct_running_mode" in arg for arg in settings.beam_args)
-    if settings.runner != "DirectRunner" or not small or chose_mode or settings.workers == 1:
+    if (
+        settings.runner != "DirectRunner"
+        or not small
+        or settings.chose_running_mode
+        or settings.workers == 1
+    ):
         return settings
     return dataclasses.replace(settings, workers=1)
 
@@ -317,7 +326,7 @@ def pipeline_options(
     if settings.runner == "DirectRunner":
         direct = options.view_as(DirectOptions)
         direct.direct_num_workers = settings.workers
-        if settings.workers > 1 and not any("direct_running_mode" in a for a in settings.beam_args):
+        if settings.workers > 1 and not settings.chose_running_mode:
             direct.direct_running_mode = "multi_processing"
     return options
 

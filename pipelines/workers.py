@@ -65,7 +65,7 @@ def wanted(runner: RunnerSettings) -> bool:
         and runner.workers > 1
         and sys.platform.startswith("linux")
         and os.environ.get("CORPORA_WORKERS") != "spawn"
-        and not any("direct_running_mode" in arg for arg in runner.beam_args)
+        and not runner.chose_running_mode
     )
 
 
