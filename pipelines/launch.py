@@ -122,6 +122,26 @@ class BuildProgress:
             self._thread.join()
 
 
+def new_pipeline(
+    runner: RunnerSettings, verbose: bool = False, worker_command: str | None = None
+) -> beam.Pipeline:
+    """An empty pipeline on ``runner`` (its options as ``pipeline.options``),
+    this process's file systems and, for a local run, its memory set up to
+    match; a multi-process DirectRunner starts its workers with
+    ``worker_command`` when given (:class:`pipelines.workers.Zygote`).
+    :class:`RunnerError` where Beam refuses the options."""
+    options = pipeline_options(runner, verbose=verbose)
+    if runner.local:
+        steady_memory()
+    FileSystems.set_options(options)  # s3 endpoint and keys for this process's own reads and writes
+    try:  # Beam validates the options for the runner here (project id, temp location, …)
+        return beam.Pipeline(runner=make_runner(options, worker_command), options=options)
+    except ValueError as exc:
+        raise RunnerError(
+            f"invalid options for {runner.runner}: {' '.join(str(exc).split())}"
+        ) from None
+
+
 def execute(
     settings: BuildSettings,
     runner: RunnerSettings,
@@ -146,16 +166,8 @@ def execute(
         settings.pad_id,
         settings.image_token_reserved,
     )
-    options = pipeline_options(runner, verbose=verbose)
-    if runner.local:
-        steady_memory()
-    FileSystems.set_options(options)  # s3 endpoint and keys for this process's own reads and writes
-    try:  # Beam validates the options for the runner here (project id, temp location, …)
-        pipeline = beam.Pipeline(runner=make_runner(options, worker_command), options=options)
-    except ValueError as exc:
-        raise RunnerError(
-            f"invalid options for {runner.runner}: {' '.join(str(exc).split())}"
-        ) from None
+    pipeline = new_pipeline(runner, verbose, worker_command)
+    options = pipeline.options
     build = functools.partial(
         _run, pipeline, settings, runner, tokenizer, overwrite, progress_every
     )

@@ -154,22 +154,9 @@ def run_fetch(
     counters (``images.<outcome>``, ``arrived.<arrival>``) and its wall time."""
     import time
 
-    from apache_beam.io.filesystems import FileSystems
+    from pipelines.launch import counters_of, new_pipeline
 
-    from pipelines.launch import counters_of
-    from pipelines.memory import steady_memory
-    from pipelines.runners import RunnerError, make_runner, pipeline_options
-
-    options = pipeline_options(runner)
-    if runner.local:
-        steady_memory()
-    FileSystems.set_options(options)
-    try:
-        pipeline = beam.Pipeline(runner=make_runner(options, worker_command), options=options)
-    except ValueError as exc:
-        raise RunnerError(
-            f"invalid options for {runner.runner}: {' '.join(str(exc).split())}"
-        ) from None
+    pipeline = new_pipeline(runner, worker_command=worker_command)
     fetch_pipeline(pipeline, settings)
     start = time.monotonic()
     result = pipeline.run()
