@@ -20,7 +20,7 @@ from pipelines.runners import (
     runner_settings_from_flags,
     use_filesystems,
 )
-from pipelines.workers import Zygote, start_zygote, wanted
+from pipelines.workers import Zygote, warm_workers
 
 
 def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str, Any]) -> None:
@@ -30,17 +30,13 @@ def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str,
     runner_flags = {name: flags.pop(name) for name in RUNNER_FLAGS}
     with usage_errors(RunnerError):
         runner = runner_settings_from_flags(beam_args, **runner_flags)
-    # the workers' imports start now, beside this process's (pipelines.workers);
-    # the bundled sample is built in this process unless --workers says otherwise
     fit_workers = runner_flags["workers"] is None
-    sample = not flags["inputs"] and fit_workers
-    warm = not sample and wanted(runner)
-    zygote = start_zygote(verbose) if warm else None
-    try:
-        _build(corpus, runner, fit_workers, overwrite, flags, zygote)
-    finally:
-        if zygote is not None:
-            zygote.close()
+    if not flags["inputs"] and fit_workers:  # the bundled sample: built in this process
+        _build(corpus, runner, fit_workers, overwrite, flags, verbose, None)
+        return
+    # the workers' imports start now, beside this process's (pipelines.workers)
+    with warm_workers(runner, verbose) as zygote:
+        _build(corpus, runner, fit_workers, overwrite, flags, verbose, zygote)
 
 
 def _build(
@@ -49,6 +45,7 @@ def _build(
     fit_workers: bool,
     overwrite: bool,
     flags: dict[str, Any],
+    verbose: bool,
     zygote: Zygote | None,
 ) -> None:
     from corpora.lock import LockError
@@ -58,7 +55,6 @@ def _build(
     from pipelines.launch import execute
     from pipelines.store import check_store
 
-    verbose = logging.getLogger().isEnabledFor(logging.INFO)
     with usage_errors(FlagError, InputError, RunnerError, StoreError):
         use_filesystems(runner, verbose)  # s3 endpoint and keys, for the input checks
         settings = settings_from_flags(corpus, **flags)

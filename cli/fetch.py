@@ -29,7 +29,7 @@ from pipelines.runners import (
     runner_settings_from_flags,
     use_filesystems,
 )
-from pipelines.workers import Zygote, start_zygote, wanted
+from pipelines.workers import Zygote, warm_workers
 
 
 @click.command()
@@ -84,21 +84,16 @@ def run(
     with usage_errors(RunnerError):
         runner = runner_settings_from_flags(beam_args, **runner_flags)
     # the workers' imports start now, beside this process's (pipelines.workers)
-    zygote = start_zygote(verbose) if wanted(runner) else None
-    try:
-        _fetch(corpus, runner, flags, zygote)
-    finally:
-        if zygote is not None:
-            zygote.close()
+    with warm_workers(runner, verbose) as zygote:
+        _fetch(corpus, runner, flags, verbose, zygote)
 
 
 def _fetch(
-    corpus: str, runner: RunnerSettings, flags: dict[str, Any], zygote: Zygote | None
+    corpus: str, runner: RunnerSettings, flags: dict[str, Any], verbose: bool, zygote: Zygote | None
 ) -> None:
     from pipelines.inputs import resolve_inputs
     from pipelines.store import check_store, run_fetch
 
-    verbose = logging.getLogger().isEnabledFor(logging.INFO)
     with usage_errors(FlagError, InputError, RunnerError, StoreError):
         use_filesystems(runner, verbose)
         settings = resolve_inputs(settings_from_flags(corpus, **flags))

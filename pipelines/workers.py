@@ -29,6 +29,7 @@ turns warm workers off; they are used on Linux only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -41,7 +42,7 @@ import sys
 import tempfile
 import threading
 import traceback
-from typing import Any
+from typing import Any, Iterator
 
 from pipelines.runners import RunnerSettings
 
@@ -69,14 +70,23 @@ def wanted(runner: RunnerSettings) -> bool:
     )
 
 
-def start_zygote(verbose: bool = False) -> "Zygote | None":
-    """A :class:`Zygote`, or ``None`` where one cannot start (no temporary
-    folder, a socket path too long): the build then starts Beam's own workers."""
+@contextlib.contextmanager
+def warm_workers(runner: RunnerSettings, verbose: bool = False) -> Iterator["Zygote | None"]:
+    """A :class:`Zygote` for a build on ``runner`` where :func:`wanted`, closed
+    when the block ends; ``None`` otherwise, and where one cannot start (no
+    temporary folder, a socket path too long): the build then starts Beam's
+    own workers."""
+    zygote = None
+    if wanted(runner):
+        try:
+            zygote = Zygote(verbose)
+        except OSError as exc:
+            logging.getLogger(__name__).info("warm workers are off: %s", exc)
     try:
-        return Zygote(verbose)
-    except OSError as exc:
-        logging.getLogger(__name__).info("warm workers are off: %s", exc)
-        return None
+        yield zygote
+    finally:
+        if zygote is not None:
+            zygote.close()
 
 
 class Zygote:
