@@ -285,6 +285,14 @@ def render_report(
             f"({format_share(packing['split_fraction'])})",
         ),
     ]
+    if packing.get("images_with_text_fraction") is not None:
+        headline.append(
+            row(
+                "images with their text in the same piece",
+                f"{format_share(packing['images_with_text_fraction'])} "
+                f"({format_number(packing['pieces_ending_in_image'])} pieces end in an image slot)",
+            )
+        )
     dists = [
         ("text tokens per document", stats["text_tokens_per_document"], 1),
         ("images per document", ipd, 2),

@@ -78,6 +78,17 @@ def reference_sequence_values(input_ids, segment_ids, documents, ids) -> stats.S
                 f.get("reason", "unknown")
                 for f in (entry.get("meta") or {}).get("image_failures", [])
             )
+        # a slot is followed by text where the first token after its run is
+        # text of the same segment; a segment ends in an image where a slot is
+        # the last token before another segment (or the end)
+        text = (segment_ids > 0) & (input_ids != ids.image_token_id) & ~np.isin(input_ids, specials)
+        size, with_text, ends_in_image = len(input_ids), 0, False
+        for position in np.flatnonzero(image):
+            after = position + 1
+            while after < size and input_ids[after] == ids.image_token_id:
+                after += 1
+            with_text += int(after < size and in_segment[after] and text[after])
+            ends_in_image |= position + 1 == size or not in_segment[position + 1]
         pieces.append(
             stats.SegmentValues(
                 id=str(entry["id"]),
@@ -89,6 +100,10 @@ def reference_sequence_values(input_ids, segment_ids, documents, ids) -> stats.S
                 images=image_tokens // ids.tokens_per_image,
                 scores=tuple(scores),
                 image_failures=failures,
+                images_with_text=with_text // ids.tokens_per_image,
+                ends_in_image=bool(ends_in_image),
+                dropped_pieces=int((entry.get("dropped") or {}).get("pieces", 0)),
+                dropped_tokens=int((entry.get("dropped") or {}).get("tokens", 0)),
             )
         )
     return stats.SequenceValues(
