@@ -141,9 +141,7 @@ class PackGroup(beam.DoFn):
             yield _route(drop, "pack")
         count, chunk = 0, []
         for sequence in planned.sequences:
-            chunk.append(
-                [((r.key, *r.bounds()), where[r.key]) for r in sequence]
-            )
+            chunk.append([((r.key, *r.bounds()), where[r.key]) for r in sequence])
             if len(chunk) == SEQUENCES_PER_ELEMENT:
                 yield group, count, chunk
                 count, chunk = count + len(chunk), []
