@@ -13,7 +13,7 @@ import sys
 import click
 
 from cli.common import UsageFailure
-from trainer.config import PROJECTORS, SIZES
+from trainer.config import PROJECTORS, SIZES, WEIGHT_UNITS
 
 
 def parse_source(value: str) -> tuple[str, float]:
@@ -48,10 +48,11 @@ def train() -> None:
 )
 @click.option(
     "--weight-unit",
-    type=click.Choice(["examples", "images", "tokens"]),
+    type=click.Choice(WEIGHT_UNITS),
     default="examples",
     show_default=True,
-    help="What the weights count: samples, images, or non-padding tokens.",
+    help="What the weights count: packed samples, documents (SimVLM's 8:1), images "
+    "(VILA's 1:1), or non-padding tokens.",
 )
 @click.option(
     "--batch-size", type=click.IntRange(1), default=4, show_default=True, help="Samples per batch."
@@ -189,10 +190,11 @@ def training_options(command):
         ),
         click.option(
             "--weight-unit",
-            type=click.Choice(["examples", "images", "tokens"]),
+            type=click.Choice(WEIGHT_UNITS),
             default="examples",
             show_default=True,
-            help="What blend weights count (VILA's MMC4 + COYO: images; SimVLM's: examples).",
+            help="What blend weights count (SimVLM's pairs + C4: documents; VILA's MMC4 + "
+            "COYO: images).",
         ),
         click.option("--steps", type=click.IntRange(1), default=None, help="Optimizer steps."),
         click.option(

@@ -25,6 +25,9 @@ import dataclasses
 from typing import Literal
 
 SIZES = ("tiny", "base", "large")
+# what blend weights count: samples, documents (each packed segment: SimVLM's
+# examples), images, non-padding tokens
+WEIGHT_UNITS = ("examples", "documents", "images", "tokens")
 PROJECTORS = ("linear", "mlp2x_gelu")
 PRECISIONS = ("auto", "bf16", "fp32")
 DEVICES = ("auto", "cpu", "cuda", "xla")
