@@ -346,3 +346,26 @@ def test_an_unreadable_shard_is_a_build_input_error(tmp_path, content, message):
         stats.stats_from_shards(str(tmp_path))  # checked against the manifest first
     with pytest.raises(reader.BuildInputError, match=f"unreadable shard .*x-000000.tar: {message}"):
         stats.stats_from_shards(str(tmp_path), verify=False)
+
+
+def test_images_kept_with_their_text_and_short_pieces_dropped_are_counted():
+    ids = TokenIds(image_token_id=9, bos_id=1, eos_id=2, tokens_per_image=2)
+    # segment 1: [bos, img, 5, img] ends in a slot (its text is in the next piece);
+    # segment 2: [6, eos], the next piece; segment 3: [bos, img, img, 7, eos]
+    input_ids = np.array([1, 9, 9, 5, 9, 9, 6, 2, 1, 9, 9, 9, 9, 7, 2, 0])
+    segment_ids = np.array([1, 1, 1, 1, 1, 1, 2, 2, 3, 3, 3, 3, 3, 3, 3, 0])
+    documents = [
+        {"id": "a", "segment": 1, "piece": 0, "pieces": 2, "dropped": {"pieces": 1, "tokens": 3}},
+        {"id": "a", "segment": 2, "piece": 1, "pieces": 2},
+        {"id": "b", "segment": 3},
+    ]
+    values = stats.sequence_values(input_ids, segment_ids, documents, ids)
+    assert [(p.images_with_text, p.ends_in_image) for p in values.pieces] == [
+        (1, True),
+        (0, False),
+        (2, False),
+    ]
+    packing = stats.finalize(StatsAccumulator().add(values), {"corpus": "mmc4"})["packing"]
+    assert packing["images_with_text_fraction"] == 3 / 4
+    assert packing["pieces_ending_in_image"] == 1
+    assert packing["short_pieces_dropped"] == {"pieces": 1, "tokens": 3}
