@@ -255,7 +255,8 @@ def inspect(path, index, verify):
 
     with usage_errors(OSError, ValueError, IndexError):
         sample, manifest = find_sample(path, index, verify)
-    click.echo(describe_sample(sample, manifest))
+        description = describe_sample(sample, manifest)
+    click.echo(description)
 
 
 @cli.group()

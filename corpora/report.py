@@ -160,6 +160,9 @@ def thumbnail(data: bytes) -> str | None:
 
     try:
         with Image.open(io.BytesIO(data)) as image:
+            if image.width * image.height > reader.MAX_IMAGE_PIXELS:  # a bomb: never decoded
+                return None
+            image.draft("RGB", (THUMBNAIL, THUMBNAIL))  # JPEG: decode at a reduced size
             image = image.convert("RGB")
             image.thumbnail((THUMBNAIL, THUMBNAIL))
             buffer = io.BytesIO()
@@ -208,6 +211,11 @@ def sample_html(
                     out.append(
                         f'<img class="thumb" alt="image {image_index}" title="image {image_index}" '
                         f'src="{url}">'
+                    )
+                elif image_index < len(images):
+                    out.append(
+                        f'<span class="special">[image {image_index} not shown: unreadable, '
+                        "or too many pixels to decode]</span>"
                     )
                 else:
                     out.append(f'<span class="special">[image {image_index}: missing]</span>')

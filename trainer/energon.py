@@ -125,6 +125,8 @@ def write_energon_meta(location: str) -> list[str]:
         manifest = reader.load_manifest(base)
     except FileNotFoundError:
         raise DataError(f"{location}: no manifest.json (point at a build made by corpora build)")
+    except reader.BuildInputError as exc:
+        raise DataError(str(exc)) from None
     if not manifest["shards"]:
         raise DataError(f"{location}: the build holds no shards")
     written = []
