@@ -3,10 +3,31 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
-from typing import Iterator, NoReturn
+from typing import Any, Iterator, NoReturn
 
 import click
+
+# C0 and C1 control characters but newline and tab, and the Unicode controls
+# that reorder text on screen: what a hostile name, URL or text could use to
+# move the cursor, set a terminal's title or hide what is shown.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    r"""``text`` safe to print on a terminal: every control character written
+    as its escape, so what came from a build or an input shows, never acts.
+
+    >>> printable("shard\x1b]0;pwned\x07.tar")
+    'shard\\x1b]0;pwned\\x07.tar'
+    """
+    return _CONTROLS.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+
+
+def echo(text: Any = "", **options: Any) -> None:
+    """``click.echo`` of :func:`printable` text: what every command prints."""
+    click.echo(printable(str(text)), **options)
 
 
 class UsageFailure(click.ClickException):
@@ -15,7 +36,7 @@ class UsageFailure(click.ClickException):
     exit_code = 2
 
     def show(self, file=None) -> None:
-        click.echo(f"corpora: {self.format_message()}", err=True)
+        echo(f"corpora: {self.format_message()}", err=True)
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ import sys
 import click
 
 from cli import build as build_command
-from cli.common import OneLineGroup, UsageFailure, usage_errors
+from cli.common import OneLineGroup, UsageFailure, echo, usage_errors
 from cli.corpus_options import corpus_options, help_for
 from cli.fetch import fetch
 from cli.fetch_options import fetch_options
@@ -256,7 +256,7 @@ def inspect(path, index, verify):
     with usage_errors(OSError, ValueError, IndexError):
         sample, manifest = find_sample(path, index, verify)
         description = describe_sample(sample, manifest)
-    click.echo(description)
+    echo(description)
 
 
 @cli.group()
@@ -334,7 +334,7 @@ def stats(path, as_json, verify):
 
     with usage_errors(BuildInputError):
         result = stats_from_shards(path, _progress, verify)
-    click.echo(stats_json(result) if as_json else format_table(result), nl=not as_json)
+    echo(stats_json(result) if as_json else format_table(result), nl=not as_json)
 
 
 @cli.command()
@@ -358,7 +358,7 @@ def report(path, output, samples, verify):
             written = write_report(path, output, samples, _progress, verify)
         except OSError as exc:
             raise UsageFailure(f"cannot write report: {exc}") from None
-    click.echo(f"Wrote {written}")
+    echo(f"Wrote {written}")
 
 
 # The entry point (pyproject.toml: corpora = "cli.main:main") is the group itself, so

@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from cli.common import UsageFailure
+from cli.common import UsageFailure, echo
 from trainer.config import PROJECTORS, SIZES, WEIGHT_UNITS
 
 
@@ -142,13 +142,13 @@ def data(
         )
         loader = Loader(config)
         size = loader.config.image_size or loader.spec.image_size or (224, 224)
-        click.echo(describe_spec(loader.spec, loader.sources, weight_unit, size))
+        echo(describe_spec(loader.spec, loader.sources, weight_unit, size))
         names = [s.location for s in loader.sources]
         for number, (batch, picks) in enumerate(loader.preview(batches)):
-            click.echo(describe_batch(number, batch, picks, loader.spec, names))
+            echo(describe_batch(number, batch, picks, loader.spec, names))
         if mix_samples:
             counts = loader.measure_mix(mix_samples)
-            click.echo(describe_mix(counts, loader.sources, weight_unit, mix_samples))
+            echo(describe_mix(counts, loader.sources, weight_unit, mix_samples))
     except (DataError, ValueError) as exc:
         raise UsageFailure(str(exc)) from None
 
@@ -170,7 +170,7 @@ def energon_prepare(build):
     except (DataError, OSError) as exc:
         raise UsageFailure(str(exc)) from None
     indexes = sum(1 for path in written if path.endswith(".tar.idx"))
-    click.echo(
+    echo(
         f"Wrote {indexes} .tar.idx file(s) and {build.rstrip('/')}/.nv-meta/ "
         "(.info.json, split.yaml, dataset.yaml: CrudeWebdataset)"
     )

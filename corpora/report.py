@@ -18,6 +18,7 @@ import numpy as np
 
 from corpora import reader
 from corpora import stats as corpus_stats
+from corpora.shards.writing import write_into
 from corpora.stats_table import format_number, format_share
 
 REPORT = "report.html"
@@ -397,6 +398,5 @@ def write_report(
     if output is None:
         base = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
         output = os.path.join(base, REPORT)
-    with open(output, "w", encoding="utf-8") as handle:
-        handle.write(page)
+    write_into(output, page.encode("utf-8"))
     return output

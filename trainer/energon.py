@@ -30,6 +30,7 @@ import tarfile
 from typing import Any, BinaryIO
 
 from corpora import reader
+from corpora.shards.writing import write_into
 from trainer.stream import DataError
 
 NV_META = ".nv-meta"
@@ -67,11 +68,7 @@ def _write(url: str, data: bytes) -> None:
         with fsspec.open(url, "wb") as handle:
             handle.write(data)
         return
-    import os
-
-    os.makedirs(os.path.dirname(url) or ".", exist_ok=True)
-    with open(url, "wb") as handle:
-        handle.write(data)
+    write_into(url, data)  # never through a link planted in the build
 
 
 def _join(base: str, name: str) -> str:

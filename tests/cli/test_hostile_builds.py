@@ -209,3 +209,48 @@ def test_a_file_that_is_not_a_build_is_one_line_exit_2(tmp_path, command):
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("corpora: ")
+
+
+def test_readers_never_write_through_a_link_planted_in_the_build(tmp_path):
+    """Defect 10: report.html and energon's files replace a link, never follow it."""
+    (tmp_path / "build").mkdir()
+    build = write_build(str(tmp_path / "build"))
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious")
+    for name in ("report.html", f"{SHARD}.idx"):
+        os.symlink(outside, os.path.join(build, name))
+    assert run_cli("report", build).returncode == 0
+    assert run_cli("train", "energon-prepare", build).returncode == 0
+    assert outside.read_text() == "precious"
+    for name in ("report.html", f"{SHARD}.idx"):
+        assert not os.path.islink(os.path.join(build, name))
+    # a folder the command writes into that is a link out of the build is refused
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    meta = os.path.join(build, ".nv-meta")
+    os.rename(meta, tmp_path / "old-meta")
+    os.symlink(elsewhere, meta)
+    result = run_cli("train", "energon-prepare", build)
+    assert result.returncode == 2 and os.listdir(elsewhere) == []
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("corpora: ") and "is a link" in line
+
+
+def test_names_from_a_build_cannot_drive_the_terminal(tmp_path):
+    """Defect 11: an escape sequence in a build's path (train data prints shard
+    URLs) or in a document id (inspect prints it) is printed as text."""
+    build = tmp_path / "b\x1b]0;pwned\x07"
+    build.mkdir()
+    write_build(str(build))
+    with tarfile.open(os.path.join(build, SHARD)) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith(".json"))
+        described = json.loads(tar.extractfile(member).read())
+    described["documents"][0]["id"] = "doc\x1b[2J\x1b]0;pwned\x07"
+    _rewrite_member(".json", json.dumps(described).encode())(str(build))
+    for command in (["train", "data", "--data", str(build), "--batches", "1", "--mix-samples", "0"],
+                    ["inspect", str(build)]):  # fmt: skip
+        result = run_cli(*command)
+        assert result.returncode == 0, result.stderr
+        assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+        expected = "b\\x1b]0;pwned\\x07" if command[0] == "train" else "doc\\x1b[2J\\x1b]0;pwned"
+        assert expected in result.stdout
