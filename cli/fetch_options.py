@@ -66,8 +66,8 @@ FLAGS: dict[str, dict[str, Any]] = {
     "--max-aspect-ratio": dict(
         type=click.FloatRange(1),
         default=None,
-        help="Drop images more elongated than this (aspect_ratio_above_max). Also "
-        + help_for("max_aspect_ratio"),
+        help="Drop images more elongated than this (aspect_ratio_above_max; default 64 on "
+        "every fetched image, which also bounds the resize). Also " + help_for("max_aspect_ratio"),
     ),
     "--max-pixels": dict(
         type=click.IntRange(1),

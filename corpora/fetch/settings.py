@@ -65,7 +65,7 @@ class FetchSettings:
     max_bytes: int = 32 << 20
     max_redirects: int = 5
     min_image_size: int = 0
-    max_aspect_ratio: float = float("inf")
+    max_aspect_ratio: float = 64.0  # banners and separators past this; bounds the resize
     max_pixels: int = 89_478_485  # Pillow's decompression-bomb threshold
     allow_private_urls: bool = False
     # CIDRs let through the address guard, e.g. an internal mirror
@@ -105,8 +105,13 @@ class FetchSettings:
                 raise ValueError(
                     f"{name.replace('_', ' ')} must be positive, got {getattr(self, name)}"
                 )
-        if self.max_aspect_ratio < 1:
+        if not self.max_aspect_ratio >= 1:  # NaN too
             raise ValueError(f"max aspect ratio must be at least 1, got {self.max_aspect_ratio}")
+        for name in ("per_host_rate", "progress_interval"):
+            value = getattr(self, name)
+            if not 0 <= value < float("inf"):  # NaN too
+                what = name.replace("_", " ")
+                raise ValueError(f"{what} must be a number at least 0, got {value}")
         for directory in self.allow_local_files:
             if not os.path.isabs(directory):
                 raise ValueError(f"--allow-local-files needs an absolute path, got {directory!r}")

@@ -156,3 +156,21 @@ def test_unknown_languages_exit_2_naming_them(tmp_path, tokenizer_path):
     assert result.stderr.strip() == (
         "corpora: --languages: unknown WIT language codes: 'he' (WIT writes 'iw'), 'xx'"
     )
+
+
+@pytest.mark.parametrize(
+    "flag, named",
+    [
+        ("--max-aspect-ratio", "max aspect ratio"),
+        ("--per-host-rate", "per host rate"),
+        ("--progress-every", "progress interval"),
+    ],
+)
+def test_nan_for_a_number_flag_is_one_line_exit_2(tmp_path, flag, named):
+    """Issue 30, defect 16: NaN passed every range check and switched the
+    aspect filter, the politeness rate or the progress off."""
+    c4 = write_jsonl(str(tmp_path / "c4.jsonl"), [{"text": "x", "url": "u"}])
+    result = run_cli("build", "coyo", "--input", c4, "--output", str(tmp_path / "o"), flag, "nan")
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"corpora: {named} must be") and line.endswith("got nan")

@@ -91,6 +91,31 @@ def test_size_and_aspect_checks():
     assert process_image(image_bytes(100, 60, "fine"), settings).reason is None
 
 
+def test_a_narrow_image_is_never_resized_into_a_bomb():
+    """Issue 30, defect 1: a 1x12000 PNG of 100 bytes would be scaled on its
+    shorter side to 336x4,032,000 (1.4 GB). By default its aspect ratio
+    refuses it; where the user lifts that limit, the resize's output cap does,
+    both from the header alone."""
+    narrow = encode(Image.new("L", (1, 12_000)), "PNG")
+    assert len(narrow) < 200
+    settings = dataclasses.replace(FAST, image_size=336, resize_mode="center_crop")
+    assert FetchSettings().max_aspect_ratio == 64
+    assert process_image(narrow, settings).reason == "aspect_ratio_above_max"
+    unlimited = dataclasses.replace(settings, max_aspect_ratio=float("inf"))
+    outcome = process_image(narrow, unlimited)
+    assert outcome.reason == "too_many_pixels"
+    assert outcome.detail == "1x12000 would resize to 336x4032000 before the crop"
+    # scaled on its longer side the same image is small, and is kept
+    assert process_image(narrow, dataclasses.replace(unlimited, resize_mode="border")).ok
+
+
+@pytest.mark.parametrize("field", ["max_aspect_ratio", "per_host_rate", "progress_interval"])
+def test_nan_is_refused_where_a_number_is_compared(field):
+    """Issue 30, defect 16: NaN passed every comparison and turned checks off."""
+    with pytest.raises(ValueError, match=field.replace("_", " ")):
+        FetchSettings(**{field: float("nan")})
+
+
 def test_a_decompression_bomb_is_refused_from_its_header():
     result = process_image(png_header_bomb(), FAST)
     assert result.reason == "too_many_pixels" and "400000000 pixels" in result.detail
