@@ -18,6 +18,7 @@ import numpy as np
 
 from corpora import reader
 from corpora import stats as corpus_stats
+from corpora.record import open_image
 from corpora.shards.writing import write_into
 from corpora.stats_table import format_number, format_share
 
@@ -157,10 +158,9 @@ def funnel_chart(funnel: Mapping[str, Any] | None) -> str:
 
 def thumbnail(data: bytes) -> str | None:
     """A JPEG ``data:`` URL of the image at most THUMBNAIL px on its longer side."""
-    from PIL import Image
 
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with open_image(data) as image:
             if image.width * image.height > reader.MAX_IMAGE_PIXELS:  # a bomb: never decoded
                 return None
             image.draft("RGB", (THUMBNAIL, THUMBNAIL))  # JPEG: decode at a reduced size

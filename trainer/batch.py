@@ -35,10 +35,11 @@ is a plain resize), then normalised with the vision model's mean and std.
 
 from __future__ import annotations
 
-import io
 from typing import Any, Sequence
 
 import numpy as np
+
+from corpora.record import open_image
 
 # open_clip's OPENAI_DATASET_MEAN / STD: the CLIP towers VILA uses.
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -51,6 +52,7 @@ def load_image(data: bytes, size: tuple[int, int]) -> np.ndarray:
     """Decode an encoded image into uint8 ``[H, W, 3]`` RGB of ``size = (H, W)``:
     scaled to cover it, bicubic, centre-cropped.
 
+    >>> import io
     >>> from PIL import Image
     >>> buffer = io.BytesIO()
     >>> Image.new("RGB", (60, 30), (200, 10, 10)).save(buffer, "JPEG")
@@ -60,7 +62,7 @@ def load_image(data: bytes, size: tuple[int, int]) -> np.ndarray:
     from PIL import Image
 
     height, width = size
-    image = Image.open(io.BytesIO(data))
+    image = open_image(data)
     scale = max(height / image.height, width / image.width)
     # JPEG decodes straight to the smallest DCT scale that still covers the target:
     # most of the cost of decoding a large image goes away.

@@ -18,7 +18,6 @@ byte-equal.
 
 from __future__ import annotations
 
-import io
 import threading
 import warnings
 
@@ -30,6 +29,7 @@ from corpora.jpeg_draft import (
     reduced_scale,
     resized_size,
 )
+from corpora.record import open_image
 
 _RESIZES: dict[FetchSettings, "Resize"] = {}
 _RESIZES_LOCK = threading.Lock()
@@ -205,7 +205,7 @@ def _process_image(data: bytes, settings: FetchSettings, reduced_decode: bool) -
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data))
+            image = open_image(data)
     except Image.DecompressionBombError as exc:
         return ImageOutcome(reason="too_many_pixels", detail=str(exc))
     except Exception:  # Pillow raises many types for non-images

@@ -29,6 +29,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from corpora.record import open_image
 from corpora.shards.manifest import MANIFEST
 from corpora.shards.writing import ARRAYS
 
@@ -335,9 +336,8 @@ def check_shard(url: str, manifest: dict[str, Any]) -> None:
 
 
 def _decode_image(data: bytes):
-    from PIL import Image
 
-    image = Image.open(io.BytesIO(data))
+    image = open_image(data)
     if image.width * image.height > MAX_IMAGE_PIXELS:
         raise ValueError(f"a stored image of {image.width}x{image.height} pixels")
     image.load()

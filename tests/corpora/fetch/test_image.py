@@ -116,6 +116,26 @@ def test_nan_is_refused_where_a_number_is_compared(field):
         FetchSettings(**{field: float("nan")})
 
 
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 8 8\nshowpage\n",  # Ghostscript's
+        b"P6\n1 1\n255\n\x00\x00\x00",  # PPM: Pillow reads it, the docs do not list it
+        encode(Image.new("RGB", (8, 8)), "PCX"),
+    ],
+    ids=["eps", "ppm", "pcx"],
+)
+def test_only_the_listed_formats_are_decoded(data):
+    """Issue 30, defect 16: Pillow opened every format it knows, EPS through
+    Ghostscript; a format docs/fetch.md does not list is not_image."""
+    assert process_image(data, FAST).reason == "not_image"
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "WEBP", "GIF", "BMP", "TIFF", "AVIF"])
+def test_the_listed_formats_are_decoded(fmt):
+    assert process_image(encode(Image.new("RGB", (64, 48), (9, 99, 199)), fmt), FAST).ok
+
+
 def test_a_decompression_bomb_is_refused_from_its_header():
     result = process_image(png_header_bomb(), FAST)
     assert result.reason == "too_many_pixels" and "400000000 pixels" in result.detail
