@@ -7,7 +7,11 @@ politeness of :mod:`corpora.fetch.politeness`. Each :meth:`Fetcher.fetch`
 call runs one :class:`Schedule`, whose loop is
 
 1. :meth:`Schedule.admit`: retries that are due, then new URLs, read lazily
-   up to a look-ahead, so memory stays flat however long the list is;
+   up to a look-ahead, so memory stays flat however long the list is; a URL
+   of a host whose robots.txt (:mod:`corpora.fetch.robots`) is not known
+   yet waits while it is fetched, once per host, as a request like any
+   other (the same guard, timeouts, politeness, redirects and retries); a
+   URL robots.txt refuses ends there, without a request;
 2. :meth:`Schedule.start`: start what politeness allows;
 3. :meth:`Schedule.wait`: until a request or a decode finishes, or the next
    host or retry is due;
@@ -33,9 +37,10 @@ import urllib.parse
 from typing import Callable, Iterable, Iterator
 
 from corpora.fetch.attempt import Attempt, attempt
-from corpora.fetch.connections import ConnectionPool, DnsCache
+from corpora.fetch.connections import ConnectionPool, DnsCache, Proxies
 from corpora.fetch.image import process_image
 from corpora.fetch.politeness import HostPolicy
+from corpora.fetch.robots import Robots, RobotsBook, origin_of, robots_url
 from corpora.fetch.settings import TRANSIENT, FetchSettings, ImageOutcome
 
 # Per-host state of idle hosts is forgotten this often (seconds), so memory
@@ -52,6 +57,7 @@ class Task:
     current: str
     attempts: int = 0
     hops: int = 0
+    robots: str | None = None  # a robots.txt request: the origin it speaks for
 
 
 def host_of(url: str) -> str:
@@ -74,7 +80,10 @@ class Fetcher:
     ``clock`` and ``sleep`` are injectable, so a test can drive time.
     ``on_body(url, body, status)``, when set, receives each body as the server
     sent it, before it is decoded, on the thread that iterates ``fetch`` (the
-    image store keeps the originals this way).
+    image store keeps the originals this way). ``robots`` holds each host's
+    robots.txt verdict for the fetcher's life (the image store gives it a
+    keeper, so answers outlive a build); ``proxies``: the proxies requests go
+    through (by default those the environment names).
     """
 
     def __init__(
@@ -83,12 +92,16 @@ class Fetcher:
         sleep_cap: float = 0.25,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        robots: RobotsBook | None = None,
+        proxies: Proxies | None = None,
     ):
         self.settings = settings
         self.sleep_cap = sleep_cap
         self.clock = clock
         self.sleep = sleep
-        self.pool = ConnectionPool(settings.per_host_concurrency)
+        self.robots = robots or RobotsBook()
+        proxies = Proxies.from_environment() if proxies is None else proxies
+        self.pool = ConnectionPool(settings.per_host_concurrency, proxies)
         self.dns = DnsCache(clock=clock)
         self.hosts = HostPolicy(settings.per_host_concurrency, settings.per_host_rate)
         self.io = concurrent.futures.ThreadPoolExecutor(
@@ -135,6 +148,8 @@ class Schedule:
         self.n_queued = 0
         self.waiting: list[tuple[float, int, Task]] = []  # (not before, tiebreak, task): retries
         self._tiebreak = itertools.count()
+        self.parked: dict[str, list[Task]] = {}  # origin → tasks waiting for its robots.txt
+        self.finals: collections.deque[ImageOutcome] = collections.deque()  # no request made
         self.requests: dict[concurrent.futures.Future, tuple[Task, str]] = {}
         self.decoding: dict[concurrent.futures.Future, tuple[Task, int | None]] = {}
         self.lookahead = self.settings.concurrency * 4
@@ -148,6 +163,9 @@ class Schedule:
             self.forget_idle_hosts(now)
             self.admit(now)
             wake = self.start(now)
+            while self.finals:
+                outcome = self.finals.popleft()
+                yield outcome.url, outcome
             if self.finished:
                 return
             if self.waiting:
@@ -163,7 +181,9 @@ class Schedule:
 
     @property
     def finished(self) -> bool:
-        return self.exhausted and not (self.in_flight or self.queued or self.waiting)
+        return self.exhausted and not (
+            self.in_flight or self.queued or self.waiting or self.parked or self.finals
+        )
 
     def forget_idle_hosts(self, now: float) -> None:
         if now - self._forgotten_at > FORGET_IDLE_EVERY:
@@ -171,8 +191,51 @@ class Schedule:
             self._forgotten_at = now
 
     def enqueue(self, task: Task) -> None:
+        """Queue ``task`` under its host once its robots.txt allows it.
+        ``n_queued`` counts image URLs queued or parked, robots.txt requests not."""
+        self.n_queued += task.robots is None
+        origin = None if task.robots else origin_of(task.current)
+        if origin is not None:
+            if origin in self.parked:
+                self.parked[origin].append(task)
+                return
+            robots = self.fetcher.robots.verdict(origin)
+            if robots is None:  # ask for robots.txt first, once
+                self.parked[origin] = [task]
+                url = robots_url(origin)
+                self.enqueue(Task(url, url, robots=origin))
+                return
+            if self.refused(task, robots):
+                return
         self.queued.setdefault(host_of(task.current), collections.deque()).append(task)
-        self.n_queued += 1
+
+    def refused(self, task: Task, robots: Robots) -> bool:
+        """Does ``robots`` refuse ``task``'s URL? Then it ends, without a request."""
+        reason = robots.refusal(task.current)
+        if reason is None:
+            return False
+        self.n_queued -= 1
+        self.finals.append(
+            ImageOutcome(task.url, reason=reason, attempts=task.attempts, detail=robots.detail)
+        )
+        return True
+
+    def learned(self, task: Task, result: Attempt) -> None:
+        """A robots.txt request ended: its verdict, then the tasks it held back."""
+        origin = task.robots
+        assert origin is not None
+        book = self.fetcher.robots
+        if result.reason is None:
+            robots = book.learn(origin, result.status or 200, result.data or b"")
+        elif result.status and 400 <= result.status < 500 and result.status != 429:
+            robots = book.learn(origin, result.status)
+        else:
+            robots = book.fail(origin, result.reason or "", result.status, result.detail)
+        if robots.crawl_delay:
+            self.fetcher.hosts.space(host_of(origin), robots.crawl_delay)
+        for parked in self.parked.pop(origin, ()):
+            self.n_queued -= 1
+            self.enqueue(parked)
 
     def admit(self, now: float) -> None:
         """Queue the retries due by ``now``, then new URLs up to the look-ahead."""
@@ -201,10 +264,16 @@ class Schedule:
                     next_wake = min(next_wake, now + wait)
                     break
                 task = tasks.popleft()
-                self.n_queued -= 1
+                self.n_queued -= task.robots is None
                 task.attempts = task.attempts or 1
                 future = fetcher.io.submit(
-                    attempt, task.current, settings, fetcher.pool, fetcher.dns, fetcher.clock
+                    attempt,
+                    task.current,
+                    settings,
+                    fetcher.pool,
+                    fetcher.dns,
+                    fetcher.clock,
+                    task.robots is not None,
                 )
                 self.requests[future] = (task, host)
                 future.add_done_callback(self._completed.put)
@@ -243,7 +312,10 @@ class Schedule:
         if result.location is not None:
             return self.redirect(task, result)
         if result.reason is None:
-            self.decode(task, result)
+            if task.robots is not None:
+                self.learned(task, result)
+            else:
+                self.decode(task, result)
             return None
         if result.reason == "http_429" or result.status == 503:
             self.pause(task, host, result)
@@ -298,7 +370,10 @@ class Schedule:
         task.current = task.url
         heapq.heappush(self.waiting, (self.fetcher.clock() + delay, next(self._tiebreak), task))
 
-    def failed(self, task: Task, result: Attempt) -> ImageOutcome:
+    def failed(self, task: Task, result: Attempt) -> ImageOutcome | None:
+        if task.robots is not None:
+            self.learned(task, result)
+            return None
         return ImageOutcome(
             task.url,
             reason=result.reason,
