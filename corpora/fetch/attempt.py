@@ -3,9 +3,10 @@
 The headers are read before the body: an image whose ``X-Robots-Tag`` opts
 out of AI use (:func:`opted_out`) or whose ``tdm-reservation`` header
 reserves text-and-data-mining rights (W3C TDMRep, :func:`tdm_reserved`) ends
-there, its body never read. A robots.txt request (``robots=True``) skips
-those checks and keeps the first :data:`~corpora.fetch.robots.MAX_BYTES`
-of a longer file, as RFC 9309 asks.
+there, its body never read. A request for a host's policy file
+(``policy_file=True``: its robots.txt or tdmrep.json) skips those checks
+and keeps the first :data:`~corpora.fetch.robots.MAX_BYTES` of a longer
+file, as RFC 9309 asks.
 
 An attempt follows no redirect and retries nothing: the scheduler
 (:mod:`corpora.fetch.scheduler`) decides what a redirect or a transient
@@ -196,7 +197,7 @@ def http_attempt(
     pool: ConnectionPool,
     dns: DnsCache,
     clock: Callable[[], float] = time.monotonic,
-    robots: bool = False,
+    policy_file: bool = False,
 ) -> Attempt:
     """One GET of an http(s) URL to a checked address, over a pooled
     connection (through a proxy where ``pool.proxies`` names one)."""
@@ -221,7 +222,7 @@ def http_attempt(
     )
     headers = {
         "User-Agent": settings.user_agent,
-        "Accept": "text/plain,*/*;q=0.5" if robots else "image/*,*/*;q=0.8",
+        "Accept": "text/plain,application/json,*/*;q=0.5" if policy_file else "image/*,*/*;q=0.8",
         "Accept-Encoding": "identity",
     }
     if proxy is not None and parts.scheme == "http":  # absolute form: the proxy routes by it
@@ -229,7 +230,7 @@ def http_attempt(
         target = f"http://{netloc}{target}"
         if proxy.authorization:
             headers["Proxy-Authorization"] = proxy.authorization
-    max_bytes = ROBOTS_MAX_BYTES if robots else settings.max_bytes
+    max_bytes = ROBOTS_MAX_BYTES if policy_file else settings.max_bytes
     deadline = clock() + settings.total_timeout
     conn = pool.get(key)
     reused = conn is not None
@@ -260,7 +261,7 @@ def http_attempt(
     keep = False
     try:
         status = response.status
-        if robots and not 200 <= status < 300:  # "no robots.txt" is answered once per host:
+        if policy_file and not 200 <= status < 300:  # "no robots.txt" comes once per host:
             keep = _drained(response)  # keep the connection for its images
         if status in _REDIRECTS:
             location = response.getheader("Location")
@@ -275,7 +276,7 @@ def http_attempt(
             )
         if not 200 <= status < 300:
             return Attempt(reason=f"http_{status}", status=status)
-        if settings.respect_opt_out and not robots:  # the body is never read
+        if settings.respect_opt_out and not policy_file:  # the body is never read
             if opted_out(
                 response.headers.get_all("X-Robots-Tag") or (), agent_token(settings.user_agent)
             ):
@@ -283,7 +284,7 @@ def http_attempt(
             if tdm_reserved(response.headers.get_all("tdm-reservation") or ()):
                 return Attempt(reason="tdm_reserved", status=status)
         length = response.getheader("Content-Length")
-        if length and length.strip().isdigit() and int(length) > max_bytes and not robots:
+        if length and length.strip().isdigit() and int(length) > max_bytes and not policy_file:
             return Attempt(reason="too_large", status=status, detail=f"Content-Length {length}")
         body = bytearray()
         while True:
@@ -300,7 +301,7 @@ def http_attempt(
                 break
             body += chunk
             if len(body) > max_bytes:
-                if robots:  # RFC 9309 2.5: the first 500 KiB are parsed, the rest ignored
+                if policy_file:  # RFC 9309 2.5: the first 500 KiB are parsed, the rest ignored
                     return Attempt(data=bytes(body[:max_bytes]), status=status)
                 return Attempt(
                     reason="too_large", status=status, detail=f"over {settings.max_bytes} bytes"
@@ -341,11 +342,11 @@ def attempt(
     pool: ConnectionPool,
     dns: DnsCache,
     clock: Callable[[], float] = time.monotonic,
-    robots: bool = False,
+    policy_file: bool = False,
 ) -> Attempt:
     """One attempt at ``url``: http(s), a ``file:`` URL or a plain local path
-    (local files only where :func:`read_file` allows them); ``robots``: the
-    URL is a robots.txt.
+    (local files only where :func:`read_file` allows them); ``policy_file``:
+    the URL is a host's robots.txt or tdmrep.json.
 
         >>> attempt("gopher://example.com/x", FetchSettings(), ConnectionPool(1), DnsCache()).reason
         'bad_scheme'
@@ -358,7 +359,7 @@ def attempt(
     if scheme in ("http", "https"):
         if not parts.hostname:
             return Attempt(reason="bad_url", detail="no host")
-        return http_attempt(url, settings, pool, dns, clock, robots)
+        return http_attempt(url, settings, pool, dns, clock, policy_file)
     if scheme == "file" or (scheme == "" and url.startswith("/")):
         return read_file(url, settings, clock)
     return Attempt(reason="bad_scheme", detail=scheme or "no scheme")

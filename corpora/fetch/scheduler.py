@@ -11,7 +11,9 @@ call runs one :class:`Schedule`, whose loop is
    of a host whose robots.txt (:mod:`corpora.fetch.robots`) is not known
    yet waits while it is fetched, once per host, as a request like any
    other (the same guard, timeouts, politeness, redirects and retries); a
-   URL robots.txt refuses ends there, without a request;
+   URL robots.txt refuses ends there, without a request; with ``tdmrep``
+   set, the host's ``/.well-known/tdmrep.json`` (:mod:`corpora.fetch.tdmrep`)
+   is asked for next, the same way;
 2. :meth:`Schedule.start`: start what politeness allows;
 3. :meth:`Schedule.wait`: until a request or a decode finishes, or the next
    host or retry is due;
@@ -42,6 +44,7 @@ from corpora.fetch.image import process_image
 from corpora.fetch.politeness import HostPolicy
 from corpora.fetch.robots import Robots, RobotsBook, origin_of, robots_url
 from corpora.fetch.settings import TRANSIENT, FetchSettings, ImageOutcome
+from corpora.fetch.tdmrep import TdmRules, tdmrep_url
 
 # Per-host state of idle hosts is forgotten this often (seconds), so memory
 # stays flat over millions of hosts.
@@ -57,7 +60,11 @@ class Task:
     current: str
     attempts: int = 0
     hops: int = 0
-    robots: str | None = None  # a robots.txt request: the origin it speaks for
+    # a request for a host's policy file: (ROBOTS or TDMREP, the origin it speaks for)
+    policy: tuple[str, str] | None = None
+
+
+ROBOTS, TDMREP = "robots.txt", "tdmrep.json"
 
 
 def host_of(url: str) -> str:
@@ -100,6 +107,7 @@ class Fetcher:
         self.clock = clock
         self.sleep = sleep
         self.robots = robots or RobotsBook()
+        self.tdm: dict[str, TdmRules] = {}  # origin → its tdmrep.json rules (with settings.tdmrep)
         proxies = Proxies.from_environment() if proxies is None else proxies
         self.pool = ConnectionPool(settings.per_host_concurrency, proxies)
         self.dns = DnsCache(clock=clock)
@@ -148,7 +156,7 @@ class Schedule:
         self.n_queued = 0
         self.waiting: list[tuple[float, int, Task]] = []  # (not before, tiebreak, task): retries
         self._tiebreak = itertools.count()
-        self.parked: dict[str, list[Task]] = {}  # origin → tasks waiting for its robots.txt
+        self.parked: dict[str, list[Task]] = {}  # origin → tasks waiting for a policy file
         self.finals: collections.deque[ImageOutcome] = collections.deque()  # no request made
         self.requests: dict[concurrent.futures.Future, tuple[Task, str]] = {}
         self.decoding: dict[concurrent.futures.Future, tuple[Task, int | None]] = {}
@@ -191,48 +199,63 @@ class Schedule:
             self._forgotten_at = now
 
     def enqueue(self, task: Task) -> None:
-        """Queue ``task`` under its host once its robots.txt allows it.
-        ``n_queued`` counts image URLs queued or parked, robots.txt requests not."""
-        self.n_queued += task.robots is None
-        origin = None if task.robots else origin_of(task.current)
+        """Queue ``task`` under its host once its policy files allow it.
+        ``n_queued`` counts image URLs queued or parked, policy file requests not."""
+        self.n_queued += task.policy is None
+        origin = None if task.policy else origin_of(task.current)
         if origin is not None:
             if origin in self.parked:
                 self.parked[origin].append(task)
                 return
             robots = self.fetcher.robots.verdict(origin)
             if robots is None:  # ask for robots.txt first, once
-                self.parked[origin] = [task]
-                url = robots_url(origin)
-                self.enqueue(Task(url, url, robots=origin))
+                self.ask(ROBOTS, origin, robots_url(origin), task)
                 return
             if self.refused(task, robots):
                 return
+            if self.settings.tdmrep and self.settings.respect_opt_out:
+                rules = self.fetcher.tdm.get(origin)
+                if rules is None:
+                    self.ask(TDMREP, origin, tdmrep_url(origin), task)
+                    return
+                if self.refused(task, rules):
+                    return
         self.queued.setdefault(host_of(task.current), collections.deque()).append(task)
 
-    def refused(self, task: Task, robots: Robots) -> bool:
-        """Does ``robots`` refuse ``task``'s URL? Then it ends, without a request."""
-        reason = robots.refusal(task.current)
+    def ask(self, kind: str, origin: str, url: str, task: Task) -> None:
+        """Park ``task`` until ``origin``'s policy file ``url`` has answered."""
+        self.parked[origin] = [task]
+        self.enqueue(Task(url, url, policy=(kind, origin)))
+
+    def refused(self, task: Task, verdict: Robots | TdmRules) -> bool:
+        """Does ``verdict`` refuse ``task``'s URL? Then it ends, without a request."""
+        reason = verdict.refusal(task.current)
         if reason is None:
             return False
         self.n_queued -= 1
         self.finals.append(
-            ImageOutcome(task.url, reason=reason, attempts=task.attempts, detail=robots.detail)
+            ImageOutcome(task.url, reason=reason, attempts=task.attempts, detail=verdict.detail)
         )
         return True
 
     def learned(self, task: Task, result: Attempt) -> None:
-        """A robots.txt request ended: its verdict, then the tasks it held back."""
-        origin = task.robots
-        assert origin is not None
-        book = self.fetcher.robots
-        if result.reason is None:
-            robots = book.learn(origin, result.status or 200, result.data or b"")
-        elif result.status and 400 <= result.status < 500 and result.status != 429:
-            robots = book.learn(origin, result.status)
+        """A policy file request ended: its verdict, then the tasks it held back."""
+        assert task.policy is not None
+        kind, origin = task.policy
+        if kind == TDMREP:  # no file, or no answer: nothing reserved
+            if len(self.fetcher.tdm) > 100_000:  # memory stays flat over millions of hosts
+                self.fetcher.tdm.clear()
+            self.fetcher.tdm[origin] = TdmRules.from_answer(result.status or 0, result.data or b"")
         else:
-            robots = book.fail(origin, result.reason or "", result.status, result.detail)
-        if robots.crawl_delay:
-            self.fetcher.hosts.space(host_of(origin), robots.crawl_delay)
+            book = self.fetcher.robots
+            if result.reason is None:
+                robots = book.learn(origin, result.status or 200, result.data or b"")
+            elif result.status and 400 <= result.status < 500 and result.status != 429:
+                robots = book.learn(origin, result.status)
+            else:
+                robots = book.fail(origin, result.reason or "", result.status, result.detail)
+            if robots.crawl_delay:
+                self.fetcher.hosts.space(host_of(origin), robots.crawl_delay)
         for parked in self.parked.pop(origin, ()):
             self.n_queued -= 1
             self.enqueue(parked)
@@ -264,7 +287,7 @@ class Schedule:
                     next_wake = min(next_wake, now + wait)
                     break
                 task = tasks.popleft()
-                self.n_queued -= task.robots is None
+                self.n_queued -= task.policy is None
                 task.attempts = task.attempts or 1
                 future = fetcher.io.submit(
                     attempt,
@@ -273,7 +296,7 @@ class Schedule:
                     fetcher.pool,
                     fetcher.dns,
                     fetcher.clock,
-                    task.robots is not None,
+                    task.policy is not None,
                 )
                 self.requests[future] = (task, host)
                 future.add_done_callback(self._completed.put)
@@ -312,7 +335,7 @@ class Schedule:
         if result.location is not None:
             return self.redirect(task, result)
         if result.reason is None:
-            if task.robots is not None:
+            if task.policy is not None:
                 self.learned(task, result)
             else:
                 self.decode(task, result)
@@ -371,7 +394,7 @@ class Schedule:
         heapq.heappush(self.waiting, (self.fetcher.clock() + delay, next(self._tiebreak), task))
 
     def failed(self, task: Task, result: Attempt) -> ImageOutcome | None:
-        if task.robots is not None:
+        if task.policy is not None:
             self.learned(task, result)
             return None
         return ImageOutcome(

@@ -116,7 +116,9 @@ class FetchSettings:
     max_retry_after: float = 120.0  # a longer Retry-After gives up at once
     per_host_concurrency: int = 4
     per_host_rate: float = 10.0  # request starts per second per host; 0: unlimited
+    # X-Robots-Tag and TDM reservations (robots.txt is honoured whatever this says)
     respect_opt_out: bool = True
+    tdmrep: bool = False  # read each host's /.well-known/tdmrep.json (W3C TDMRep) as well
     decode_threads: int = 0  # 0: one per core
     # a failures.parquet: fetch only the records holding these URLs
     retry_failures: str | None = None

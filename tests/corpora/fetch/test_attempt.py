@@ -154,7 +154,7 @@ def test_a_robots_request_keeps_the_first_500_kib_and_skips_the_opt_outs(server)
     )
     pool = ConnectionPool(1)
     try:
-        got = attempt(server.url("/robots.txt"), FAST, pool, DnsCache(), robots=True)
+        got = attempt(server.url("/robots.txt"), FAST, pool, DnsCache(), policy_file=True)
     finally:
         pool.close()
     assert got.reason is None and got.data == text[: 512 << 10]

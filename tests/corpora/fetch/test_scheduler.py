@@ -358,3 +358,25 @@ def test_crawl_delay_spaces_a_host_s_requests_on_the_fetcher_s_clock(server, clo
         assert all(outcome.ok for _, outcome in fetcher.fetch(urls))
     gaps = [later - earlier for earlier, later in zip(started, started[1:])]
     assert len(started) == 4 and min(gaps) >= 2.0
+
+
+def test_tdmrep_json_is_asked_once_where_asked_for_and_reserved_images_are_not_requested(
+    server,
+):
+    server.route(
+        "/.well-known/tdmrep.json",
+        lambda handler: handler.send_body(
+            200, b'[{"location": "/img/*", "tdm-reservation": 1}]', "application/json"
+        ),
+    )
+    urls = [
+        server.url("/img/8x8/a.jpg"),
+        server.url("/img/8x8/b.jpg"),
+        server.url("/png/8x8/c.png"),
+    ]
+    outcomes = fetch_all(urls, dataclasses.replace(FAST, tdmrep=True))
+    assert [outcomes[u].reason for u in urls] == ["tdm_reserved", "tdm_reserved", None]
+    assert server.requests == ["/robots.txt", "/.well-known/tdmrep.json", "/png/8x8/c.png"]
+    del server.requests[:]
+    assert all(o.ok for o in fetch_all(urls).values())  # not asked for: not read
+    assert "/.well-known/tdmrep.json" not in server.requests
