@@ -12,6 +12,8 @@ Nothing here raises for a bad URL or a bad image. One module per job:
   proxies they go through;
 - :mod:`~corpora.fetch.robots`: robots.txt (RFC 9309), a host's answer as a
   verdict per URL and a ``Crawl-delay``;
+- :mod:`~corpora.fetch.tdmrep`: the TDM reservations a host declares in
+  ``/.well-known/tdmrep.json`` (W3C TDMRep);
 - :mod:`~corpora.fetch.attempt`: one request (opt-out and TDM headers, size
   caps, timeouts, file URLs);
 - :mod:`~corpora.fetch.image`: decode, check, resize, re-encode;

@@ -90,6 +90,16 @@ def test_accounting_and_retrying_exactly_the_failed_urls(server, tokenizer_path,
         "failures_file": FAILURES,
         "failed": {"http_404": 1, "opted_out": 1, "not_image": 1},
     }
+    consent = first["consent"]  # what was honoured, said plainly
+    assert (consent["robots_txt"], consent["x_robots_tag"], consent["tdm_reservation"]) == (
+        "honoured",
+        "honoured",
+        "honoured",
+    )
+    assert consent["tdmrep_json"].startswith("not asked") and consent["robots_token"] == "corpora"
+    assert (
+        consent["user_agent"].startswith("corpora/") and "contact" not in first["settings"]["fetch"]
+    )
     rows = pq.read_table(str(tmp_path / "first" / FAILURES)).to_pylist()
     assert sorted(rows, key=lambda r: r["url"]) == sorted(
         [
