@@ -100,3 +100,8 @@ def test_robots_txt_answers_are_kept_so_a_new_url_of_the_host_asks_no_robots_txt
     second = _fetch(store, {private: "b.jsonl", new: "b.jsonl"})  # another split: both unknown
     assert second[private][0].reason == "robots_disallowed" and second[new][0].ok
     assert server.requests == ["/img/8x8/new.jpg"]  # the kept robots.txt answered
+
+    del server.requests[:]
+    third = _fetch(store, {private: "a.jsonl"}, refetch=True)  # rechecked: robots.txt first
+    assert third[private][0].reason == "robots_disallowed" and third[private][1] == "fetched"
+    assert server.requests == []  # the kept robots.txt still disallows it: no request
