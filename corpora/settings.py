@@ -74,7 +74,10 @@ class BuildSettings:
     def as_manifest(self) -> dict[str, Any]:
         settings = dataclasses.asdict(self)
         settings["inputs"] = list(self.inputs)
-        settings["fetch"] = {k: v for k, v in settings["fetch"].items() if k != "user_agent"}
+        # who asked is no part of what a build writes (the manifest's consent says it)
+        settings["fetch"] = {
+            k: v for k, v in settings["fetch"].items() if k not in ("user_agent", "contact")
+        }
         if settings["fetch"]["max_aspect_ratio"] == float("inf"):
             settings["fetch"]["max_aspect_ratio"] = None
         settings["corpus_options"] = dict(self.corpus_options)

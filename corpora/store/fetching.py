@@ -11,13 +11,14 @@ direct fetch gives, from the first place that has it:
    store writes the bytes a direct fetch would, at any ``--image-size`` and
    ``--resize-mode``; a recorded failure is that failure again, unless
    :func:`~corpora.store.needs_fetch` says to try it once more
-   (``--refetch-failures``: timeouts, connection errors, 5xx, 429; never an
-   opt-out);
+   (``--refetch-failures``: timeouts, connection errors, 5xx, 429, the
+   failures of a build's limits and robots.txt; never an opt-out);
 3. the network, through the :class:`~corpora.fetch.Fetcher`, whose
    ``on_body`` hook hands each body to the split's
-   :class:`~corpora.store.StoreWriter` as it arrives; failures without a
-   body are recorded too, except those that depend on this build's own
-   limits (:data:`NOT_RECORDED`), which another build may not share.
+   :class:`~corpora.store.StoreWriter` as it arrives; every failure without
+   a body is recorded too (a redirect loop, a robots.txt refusal …), so a
+   rebuild asks for none of them. The fetcher's robots.txt answers are
+   kept in the store as well (:meth:`~corpora.store.ImageStore.robots`).
 
 Each answer says where it came from (:data:`ARRIVALS`), so the manifest can
 count how the images arrived. Outcomes are committed to the store after each
@@ -42,10 +43,8 @@ from corpora.store.writer import StoreWriter
 
 FETCHED, STORE, IMG2DATASET = "fetched", "store", "img2dataset"
 ARRIVALS = (FETCHED, STORE, IMG2DATASET)
-# Failures that say more about this build's limits than about the image: the
-# address guard's networks, --max-image-bytes, the redirect cap. Another build
-# may allow them, so they are not kept.
-NOT_RECORDED = frozenset({"blocked_address", "too_large", "too_many_redirects"})
+# Opt-outs: fetched again only with --ignore-opt-out.
+OPT_OUTS = frozenset({"opted_out", "tdm_reserved"})
 
 
 def outcome_of_failure(url: str, failed: Failed) -> ImageOutcome:
@@ -113,7 +112,7 @@ class StoreFetch:
         return found
 
     def _wants(self, found: Stored | Failed | Unknown) -> bool:
-        if isinstance(found, Failed) and found.reason == "opted_out":
+        if isinstance(found, Failed) and found.reason in OPT_OUTS:
             return not self._respect_opt_out  # --ignore-opt-out asks for them
         if isinstance(found, Failed) and found.url in self._again:
             return True
@@ -166,13 +165,14 @@ class StoreFetch:
         if not to_fetch:
             return
         self._fetching, self._bodies = to_fetch, set()
+        if self.store is not None and self._fetcher.robots.keeper is None:
+            self._fetcher.robots.keeper = self.store.robots()
         try:
             for url, outcome in self._fetcher.fetch(to_fetch):
                 if (
                     self.settings.uri is not None
                     and outcome.reason is not None
                     and url not in self._bodies
-                    and outcome.reason not in NOT_RECORDED
                 ):
                     split = to_fetch[url]
                     failed = self._writer(split).add_failure(
