@@ -17,7 +17,7 @@ direct fetch gives, from the first place that has it:
    ``on_body`` hook hands each body to the split's
    :class:`~corpora.store.StoreWriter` as it arrives; failures without a
    body are recorded too, except those that depend on this build's own
-   limits (:data:`NOT_RECORDED`), which another build may not share.
+   settings (:data:`NOT_RECORDED`), which another build may not share.
 
 Each answer says where it came from (:data:`ARRIVALS`), so the manifest can
 count how the images arrived. Outcomes are committed to the store after each
@@ -31,7 +31,7 @@ import dataclasses
 import time
 from typing import Callable, Iterator, Mapping
 
-from corpora.fetch.settings import ImageOutcome
+from corpora.fetch.settings import SETTINGS_REASONS, ImageOutcome
 from corpora.store.img2dataset_output import Img2DatasetOutput
 from corpora.store.index import StoreIndex
 from corpora.store.layout import ImageStore
@@ -42,10 +42,11 @@ from corpora.store.writer import StoreWriter
 
 FETCHED, STORE, IMG2DATASET = "fetched", "store", "img2dataset"
 ARRIVALS = (FETCHED, STORE, IMG2DATASET)
-# Failures that say more about this build's limits than about the image: the
-# address guard's networks, --max-image-bytes, the redirect cap. Another build
-# may allow them, so they are not kept.
-NOT_RECORDED = frozenset({"blocked_address", "too_large", "too_many_redirects"})
+# Failures that say more about this build's settings than about the image: local
+# files, the address guard's networks, --max-image-bytes, the redirect cap.
+# Another build may allow them, so they are not kept (and one a store kept before
+# is not believed).
+NOT_RECORDED = frozenset(SETTINGS_REASONS)
 
 
 def outcome_of_failure(url: str, failed: Failed) -> ImageOutcome:
@@ -115,7 +116,7 @@ class StoreFetch:
     def _wants(self, found: Stored | Failed | Unknown) -> bool:
         if isinstance(found, Failed) and found.reason == "opted_out":
             return not self._respect_opt_out  # --ignore-opt-out asks for them
-        if isinstance(found, Failed) and found.url in self._again:
+        if isinstance(found, Failed) and (found.url in self._again or found.reason in NOT_RECORDED):
             return True
         return needs_fetch(found, self.settings.refetch_failures)
 

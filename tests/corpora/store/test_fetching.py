@@ -4,13 +4,16 @@ build not kept, --retry-failures' URLs fetched again."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+
 import pytest
 
 from corpora.fetch import Fetcher, FetchSettings
 from corpora.store import UNKNOWN, Failed, ImageStore, Stored
 from corpora.store.fetching import StoreFetch
 from corpora.store.settings import StoreSettings
-from tests.servers import ImageServer
+from tests.servers import ImageServer, image_bytes
 
 SETTINGS = FetchSettings(image_size=24, allow_private_urls=True, max_bytes=20_000)
 
@@ -68,3 +71,43 @@ def test_outcomes_are_kept_and_read_back_without_a_request(server, tmp_path):
     assert third[gone][1] == "fetched" and isinstance(
         ImageStore.open(store).index(["docs.jsonl"]).lookup(gone), Failed
     )
+
+
+def _outcomes(store: str, wanted: dict[str, str], settings: FetchSettings) -> dict[str, str]:
+    with Fetcher(settings) as fetcher:
+        through = StoreFetch(StoreSettings(store), fetcher)
+        try:
+            return {url: outcome.reason or "ok" for url, outcome, _ in through.fetch(wanted)}
+        finally:
+            through.close()
+
+
+@pytest.mark.parametrize(
+    "refused, reason",
+    [
+        (dict(allow_local_files=()), "local_file"),
+        (dict(allow_private_urls=False), "blocked_address"),
+        (dict(max_bytes=100), "too_large"),
+    ],
+    ids=["--allow-local-files", "--allow-private-urls", "--max-image-bytes"],
+)
+def test_a_refusal_of_this_build_s_settings_is_not_replayed_to_the_next(
+    server, tmp_path, refused, reason
+):
+    # issue 32, finding 1: a build without the flag, then one with it, into one store
+    folder = tmp_path / "images"
+    folder.mkdir()
+    (folder / "a.jpg").write_bytes(image_bytes(50, 40, "a"))
+    url = (folder / "a.jpg").as_uri() if reason == "local_file" else server.url("/img/50x40/a.jpg")
+    allowed = dataclasses.replace(SETTINGS, allow_local_files=(os.path.realpath(folder),))
+    store, wanted = str(tmp_path / "store"), {url: "docs.jsonl"}
+    assert _outcomes(store, wanted, dataclasses.replace(allowed, **refused)) == {url: reason}
+    assert ImageStore.open(store).index(["docs.jsonl"]).lookup(url) is UNKNOWN
+    assert _outcomes(store, wanted, allowed) == {url: "ok"}
+
+
+def test_a_settings_refusal_an_older_store_kept_is_fetched_again(server, tmp_path):
+    store, url = str(tmp_path / "store"), server.url("/img/50x40/a.jpg")
+    with ImageStore.open(store).writer("docs.jsonl") as writer:
+        writer.add_failure(url, "blocked_address")
+    assert _outcomes(store, {url: "docs.jsonl"}, SETTINGS) == {url: "ok"}
