@@ -8,6 +8,8 @@ from typing import Iterator, NoReturn
 
 import click
 
+from corpora.extras import MissingExtra
+
 
 class UsageFailure(click.ClickException):
     """Printed as one line, exit code 2."""
@@ -61,6 +63,8 @@ class OneLineGroup(click.Group):
 def _one_line() -> Iterator[None]:
     try:
         yield
+    except MissingExtra as exc:  # an optional dependency: one line naming the extra
+        raise UsageFailure(str(exc)) from None
     except click.NoSuchOption as exc:
         close = f" (did you mean {exc.possibilities[0]}?)" if exc.possibilities else ""
         raise UsageFailure(f"no such option: {exc.option_name}{close}") from None
