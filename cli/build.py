@@ -4,12 +4,14 @@ the build run, and what it prints."""
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any, Sequence
 
 import click
 
 from cli.common import UsageFailure, pipeline_failed, usage_errors
 from cli.quiet import only_corpora_lines
+from corpora.advice import failures_advice, nothing_kept
 from corpora.flags import FlagError, describe_clip, settings_from_flags
 from corpora.inputs import InputError
 from pipelines.runners import (
@@ -102,6 +104,10 @@ def _build(
         return
     print_summary(outcome.manifest)
     print_run(outcome)
+    empty = nothing_kept(outcome.manifest)
+    if empty is not None:  # input records, none kept: a failure with its likeliest cause
+        click.echo(f"corpora: {empty}", err=True)
+        sys.exit(1)
 
 
 def print_run(outcome) -> None:
@@ -143,6 +149,4 @@ def print_summary(manifest: dict) -> None:
             )
         )
         if images["failed"]:
-            click.echo(
-                f"  failed URLs: {images['failures_file']} (rebuild them with --retry-failures)"
-            )
+            click.echo("  " + failures_advice(images))

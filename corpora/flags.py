@@ -45,6 +45,8 @@ from typing import Any
 
 from corpora import catalog
 from corpora.bundled_sample import SAMPLE_IMAGES
+from corpora.fetch.settings import REASONS, is_fetch_reason
+from corpora.funnel import current_reason
 from corpora.settings import SAMPLE_TOKENIZER, BuildSettings, corpus_settings, smoke
 from corpora.spec import CLIP_DOCUMENTS, CLIP_PAIRS
 from corpora.store.files import reachable
@@ -240,14 +242,34 @@ def _fetch_settings(settings: BuildSettings, given: dict[str, Any]):
         value = given[name]
         if name == "ignore_opt_out":
             value = not value
-        elif name in ("allow_network", "retry_reason"):
+        elif name == "allow_network":
             value = tuple(value)
+        elif name == "retry_reason":
+            value = tuple(_retry_reason(reason) for reason in value)
         elif name == "allow_local_files":
             value = tuple(_local_directory(directory) for directory in value)
         elif name == "retry_failures" and "://" not in value:
             value = os.path.abspath(value)
         changes[field] = value
     return dataclasses.replace(settings.fetch, **changes)
+
+
+def _retry_reason(reason: str) -> str:
+    """A ``--retry-reason``, refused unless an image fetch can fail with it
+    (a mistyped one would select no URL, and the build would keep nothing).
+
+    >>> _retry_reason("http_404")
+    'http_404'
+    >>> _retry_reason("file_not_foud")
+    Traceback (most recent call last):
+    ...
+    corpora.flags.FlagError: --retry-reason file_not_foud: no fetch fails with it (did you mean file_not_found?)
+    """  # noqa: E501
+    if is_fetch_reason(current_reason(reason)):
+        return reason
+    close = difflib.get_close_matches(reason, REASONS, n=1)
+    hint = f"did you mean {close[0]}?" if close else f"one of {', '.join(REASONS)}, or http_NNN"
+    raise FlagError(f"--retry-reason {reason}: no fetch fails with it ({hint})")
 
 
 def _local_directory(given: str) -> str:
