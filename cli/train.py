@@ -11,6 +11,7 @@ import logging
 import sys
 
 import click
+from click.core import ParameterSource
 
 from cli.common import UsageFailure
 from trainer.config import PROJECTORS, SIZES
@@ -295,7 +296,8 @@ def training_options(command):
         click.option(
             "--smoke",
             is_flag=True,
-            help="Laptop-sized: 20 steps of 2 sequences, no loader workers (PrefixLM: tiny).",
+            help="Laptop-sized defaults for the flags not given: 20 steps of 2 sequences, a line "
+            "every 5, no loader workers (PrefixLM: tiny).",
         ),
     ]
     for option in reversed(options):
@@ -310,12 +312,13 @@ def _train_config(flags: dict, optim):
 
     if flags["steps"] is None and not flags["smoke"]:
         raise UsageFailure("--steps is required (or --smoke)")
+    flags = _smoke_defaults(flags)
     changes = {
         name: flags[name] for name in ("lr", "warmup", "weight_decay") if flags[name] is not None
     }
     optim = dataclasses.replace(optim, clip_norm=flags["clip_norm"], **changes)
     config = train_config(
-        steps=flags["steps"] or 20,
+        steps=flags["steps"],
         batch_size=flags["batch_size"],
         optim=optim,
         accumulate=flags["accumulate"],
@@ -329,7 +332,31 @@ def _train_config(flags: dict, optim):
         output=flags["output"],
         resume=flags["resume"],
     )
-    return smoke(config) if flags["smoke"] else config
+    if not flags["smoke"]:
+        return config
+    # the laptop-sized run's values, for every setting the command line left out
+    given = {field: getattr(config, field) for field in SMOKE_FIELDS if _given(field)}
+    return dataclasses.replace(smoke(config), **given)
+
+
+# TrainConfig fields that --smoke sets, each also a flag of the same name.
+SMOKE_FIELDS = ("steps", "batch_size", "accumulate", "log_every", "checkpoint_every")
+
+
+def _given(name: str) -> bool:
+    """Did the command line (or the environment) give the flag ``name``,
+    rather than leave it at its default?"""
+    source = click.get_current_context().get_parameter_source(name)
+    return source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+
+def _smoke_defaults(flags: dict) -> dict:
+    """``flags`` with --smoke's defaults where the command line gave none:
+    20 steps, no loader workers, PrefixLM tiny (never over a flag given)."""
+    if not flags["smoke"]:
+        return flags
+    defaults = {"steps": 20, "workers": 0}
+    return {**flags, **{name: v for name, v in defaults.items() if not _given(name)}}
 
 
 def _run(model_config, make_config, flags: dict) -> None:
@@ -343,7 +370,7 @@ def _run(model_config, make_config, flags: dict) -> None:
         data = data_config(
             [parse_source(source) for source in flags["sources"]],
             weight_unit=flags["weight_unit"],
-            num_workers=0 if flags["smoke"] else flags["workers"],
+            num_workers=_smoke_defaults(flags)["workers"],
             shuffle_buffer=flags["shuffle_buffer"],
             verify=flags["verify"],
         )
@@ -395,7 +422,8 @@ def prefixlm(size, image_size, **flags):
     def model_config():
         changes = {"image_size": image_size} if image_size else {}
         try:
-            return prefixlm_config("tiny" if flags["smoke"] else size, **changes)
+            smoke_size = flags["smoke"] and not _given("size")
+            return prefixlm_config("tiny" if smoke_size else size, **changes)
         except ConfigError as exc:
             raise UsageFailure(str(exc)) from None
 

@@ -155,3 +155,24 @@ def test_torchrun_starts_two_processes_that_train_together(sample_build, tmp_pat
     assert "x 2 processes = 4 sequences" in result.stdout
     saved = os.path.join(output, "checkpoints", "step-00000020")
     assert {"data-rank00000.pt", "data-rank00001.pt", "model.pt"} <= set(os.listdir(saved))
+
+
+# Issue 32, finding 5: --smoke overrode --steps (3 ran 20; a resume to 25 ran none,
+# silently), and a run without --output saved nothing without a word.
+def test_smoke_sets_defaults_and_never_overrides_a_flag_given(sample_build, tmp_path):  # noqa: F811
+    output = str(tmp_path / "run")
+    common = ["train", "prefixlm", "--data", sample_build, "--smoke", "--log-every", "1"]
+    short = run_cli(*common, "--steps", "3", "--output", output)
+    assert short.returncode == 0, short.stderr
+    assert list(_losses(short.stdout)) == ["1/3", "2/3", "3/3"]
+    resumed = run_cli(*common, "--steps", "5", "--resume", "--output", output)
+    assert resumed.returncode == 0, resumed.stderr
+    assert list(_losses(resumed.stdout)) == ["4/5", "5/5"]
+    done = run_cli(*common, "--steps", "5", "--resume", "--output", output)
+    assert "step 5 is already --steps 5: nothing to train" in done.stdout
+
+
+def test_a_run_without_output_says_nothing_is_saved(sample_build):  # noqa: F811
+    result = run_cli("train", "prefixlm", "--data", sample_build, "--smoke", "--steps", "1")
+    assert result.returncode == 0, result.stderr
+    assert "checkpoints: none, nothing is saved (no --output)" in result.stdout.splitlines()
