@@ -12,6 +12,7 @@ import click
 from cli.common import UsageFailure, pipeline_failed, usage_errors
 from cli.quiet import only_corpora_lines
 from corpora.advice import failures_advice, nothing_kept
+from corpora.bundled_sample import sample_contents
 from corpora.flags import FlagError, describe_clip, settings_from_flags
 from corpora.inputs import InputError
 from pipelines.runners import (
@@ -65,7 +66,8 @@ def _build(
         clip_line = describe_clip(settings)
         if not flags["inputs"]:
             click.echo(
-                f"No --input given: building the bundled sample corpus ({settings.inputs[0]})"
+                f"No --input given: building the bundled sample corpus ({sample_contents()}): "
+                f"{settings.inputs[0]}"
             )
         settings = resolve_inputs(settings)
         check_store(settings.store)
@@ -138,6 +140,9 @@ def print_summary(manifest: dict) -> None:
     click.echo(f"Funnel ({funnel['unit']}s): input {funnel['input']}, kept {funnel['kept']}")
     for reason, count in sorted(funnel["dropped"].items(), key=lambda kv: -kv[1]):
         click.echo(f"  dropped {reason}: {count}")
+    removed = manifest.get("images_removed") or {}
+    for reason, count in sorted(removed.items(), key=lambda kv: -kv[1]):
+        click.echo(f"  images removed from kept {funnel['unit']}s, {reason}: {count}")
     click.echo("Statistics: stats.json (`corpora stats DIR`, `corpora report DIR`)")
     images = manifest.get("images")
     if images:

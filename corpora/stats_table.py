@@ -106,6 +106,10 @@ def format_table(stats: Mapping[str, Any]) -> str:
                 "",
             )
         )
+        for removed in funnel.get("images_removed", ()):  # from kept records
+            rows.append(
+                (f"  images removed {removed['reason']}", format_number(removed["count"]), "")
+            )
     width = max(len(r[0]) for r in rows)
     value_width = max(len(r[1]) for r in rows)
     scope = (
