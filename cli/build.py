@@ -15,6 +15,7 @@ from corpora.advice import failures_advice, nothing_kept
 from corpora.bundled_sample import sample_contents
 from corpora.flags import FlagError, describe_clip, settings_from_flags
 from corpora.inputs import InputError
+from corpora.stats_table import format_count
 from pipelines.runners import (
     RUNNER_FLAGS,
     RunnerError,
@@ -131,10 +132,13 @@ def print_run(outcome) -> None:
 
 def print_summary(manifest: dict) -> None:
     funnel, totals = manifest["funnel"], manifest["totals"]
-    click.echo(
-        f"Wrote {totals['shards']} shard(s), {totals['samples']} sequences, "
-        f"{totals['documents']} documents, {totals['images']} images"
+    counts = (
+        format_count(totals[key], noun)
+        for key, noun in (("shards", "shard"), ("samples", "sequence"), ("documents", "document"))
     )
+    attempted = (manifest.get("images") or {}).get("input", 0)  # a text corpus attempts none
+    images = f", {format_count(totals['images'], 'image')}" if attempted else ""
+    click.echo(f"Wrote {', '.join(counts)}{images}")
     if manifest["shard_pattern"]:
         click.echo(f"  shards: {manifest['shard_pattern']}")
     click.echo(f"Funnel ({funnel['unit']}s): input {funnel['input']}, kept {funnel['kept']}")
@@ -145,7 +149,7 @@ def print_summary(manifest: dict) -> None:
         click.echo(f"  images removed from kept {funnel['unit']}s, {reason}: {count}")
     click.echo("Statistics: stats.json (`corpora stats DIR`, `corpora report DIR`)")
     images = manifest.get("images")
-    if images:
+    if images and images["input"]:  # a text corpus attempts none
         click.echo(
             f"Images: {images['input']} attempted, {images['ok']} ok"
             + "".join(

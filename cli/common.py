@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import sys
 from typing import Iterator, NoReturn
 
@@ -44,6 +45,26 @@ def pipeline_failed(exc: Exception, command: str, verbose: bool) -> NoReturn:
     if verbose:
         raise exc
     sys.exit(1)
+
+
+class CorpusName(click.Choice):
+    """A corpus of the catalog; a name it does not know is refused naming the
+    closest one (``CORPUS`` in the usage line, not every name in braces)."""
+
+    name = "corpus"
+
+    def __init__(self, names: list[str]):
+        super().__init__(names)
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return "CORPUS"
+
+    def convert(self, value, param, ctx):
+        if value in self.choices:
+            return value
+        close = difflib.get_close_matches(str(value), [str(c) for c in self.choices], n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        self.fail(f"unknown corpus {value!r} ({hint}`corpora list` names them)", param, ctx)
 
 
 class OneLineGroup(click.Group):

@@ -14,7 +14,7 @@ import sys
 import click
 
 from cli import build as build_command
-from cli.common import OneLineGroup, UsageFailure, usage_errors
+from cli.common import CorpusName, OneLineGroup, UsageFailure, usage_errors
 from cli.corpus_options import corpus_options, help_for
 from cli.fetch import fetch
 from cli.fetch_options import fetch_options
@@ -48,7 +48,7 @@ def list_corpora() -> None:
 
 
 @cli.command()
-@click.argument("corpus", type=click.Choice(list(catalog.CORPORA)))
+@click.argument("corpus", type=CorpusName(list(catalog.CORPORA)))
 @click.option(
     "--input",
     "inputs",

@@ -33,6 +33,22 @@ def sample_contents() -> str:
     )
 
 
+def sample_directory() -> str:
+    """Where a build without ``--input`` writes the sample: this user's cache
+    (``$XDG_CACHE_HOME/corpora/sample``, else ``~/.cache/corpora/sample``),
+    the same on every run, so running the command again resumes the build,
+    and never a folder that other users of the machine share (a fixed path
+    under ``/tmp`` was theirs to create first).
+
+    >>> from unittest import mock
+    >>> with mock.patch.dict(os.environ, {"XDG_CACHE_HOME": "/home/ada/.cache"}):
+    ...     sample_directory()
+    '/home/ada/.cache/corpora/sample'
+    """
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "corpora", "sample")
+
+
 def materialize_sample(directory: str) -> str:
     """Write the sample MMC4 documents with ``file://`` image URLs into
     ``directory`` and return the path of the ``.jsonl`` file."""

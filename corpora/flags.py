@@ -40,11 +40,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-import tempfile
 from typing import Any
 
 from corpora import catalog
-from corpora.bundled_sample import SAMPLE_IMAGES
+from corpora.bundled_sample import SAMPLE_IMAGES, sample_directory
 from corpora.fetch.settings import REASONS, is_fetch_reason
 from corpora.funnel import current_reason
 from corpora.settings import SAMPLE_TOKENIZER, BuildSettings, corpus_settings, smoke
@@ -52,9 +51,6 @@ from corpora.spec import CLIP_DOCUMENTS, CLIP_PAIRS
 from corpora.store.files import reachable
 from corpora.store.settings import STORE_FOLDER, StoreSettings
 
-# The bundled sample is written to a fixed place, so that running the same
-# command again resumes the same build.
-SAMPLE_DIRECTORY = os.path.join(tempfile.gettempdir(), "corpora-sample")
 PROGRESS_EVERY = 30.0  # seconds between progress lines, the command line's default
 
 # Flags that set a field of BuildSettings of the same name.
@@ -154,7 +150,7 @@ def settings_from_flags(corpus: str, **flags: Any) -> BuildSettings:
                 f"--input is required for {corpus} (the bundled sample is for "
                 f"{', '.join(having) or 'no corpus'})"
             )
-        inputs = (spec.sample(SAMPLE_DIRECTORY),)
+        inputs = (spec.sample(sample_directory()),)
         # the sample's images are local files: the one folder it may read
         given["allow_local_files"] = (*given.get("allow_local_files", ()), SAMPLE_IMAGES)
     try:

@@ -212,9 +212,10 @@ def test_tokenizer_is_checked(tmp_path):
 
 
 def test_no_input_builds_the_bundled_sample_where_there_is_one(tmp_path, monkeypatch):
-    monkeypatch.setattr(flags, "SAMPLE_DIRECTORY", str(tmp_path / "sample"))
+    # this user's cache, never a fixed folder under /tmp that others share (issue 32, finding 8)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     built = settings_from_flags("mmc4-reordered")
-    assert built.inputs == (str(tmp_path / "sample" / "mmc4-sample.jsonl"),)
+    assert built.inputs == (str(tmp_path / "cache" / "corpora" / "sample" / "mmc4-sample.jsonl"),)
     assert os.path.getsize(built.inputs[0]) > 0
     # its images are local files: the sample build may read them, and only them
     assert built.fetch.allow_local_files == (SAMPLE_IMAGES,)
