@@ -171,8 +171,8 @@ def list_corpora() -> None:
     type=click.FloatRange(0),
     default=PROGRESS_EVERY,
     show_default=True,
-    help="Seconds between progress lines on local builds, the build's and each fetch "
-    "worker's (URLs done, success rate, images/s); 0: none.",
+    help="Seconds between progress lines on local builds (records read, images fetched and "
+    "their rate, shards complete, ETA); 0: none.",
 )
 @click.option(
     "--allow-private-urls",
