@@ -66,9 +66,10 @@ def _build(
             zygote.preload("torch", "open_clip")  # beside this process's load of the model
         clip_line = describe_clip(settings)
         if not flags["inputs"]:
+            sample = settings.inputs[0]
             click.echo(
-                f"No --input given: building the bundled sample corpus ({sample_contents()}): "
-                f"{settings.inputs[0]}"
+                f"No --input given: building the bundled sample corpus "
+                f"({sample_contents(sample)}): {sample}"
             )
         settings = resolve_inputs(settings)
         check_store(settings.store)

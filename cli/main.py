@@ -57,7 +57,10 @@ def list_corpora() -> None:
     "Default: the bundled sample corpus.",
 )
 @click.option(
-    "--output", default=None, help="Output directory or URI. Default: ./corpora-out/CORPUS"
+    "--output",
+    default=None,
+    help="Output directory or URI. Default: ./corpora-out/CORPUS (--smoke: "
+    "./corpora-out/smoke/CORPUS)",
 )
 @click.option(
     "--tokenizer",
@@ -180,7 +183,10 @@ def list_corpora() -> None:
     help="Fetch from loopback, private and link-local addresses (refused by default).",
 )
 @click.option(
-    "--smoke", is_flag=True, help="Laptop-sized settings: seq_len 256, 16 tokens per image, 64 px."
+    "--smoke",
+    is_flag=True,
+    help="Laptop-sized settings: seq_len 256, 16 tokens per image, 64 px (what train --smoke "
+    "models take).",
 )
 @click.option(
     "--min-clip-sim",

@@ -433,14 +433,15 @@ def prefixlm(size, image_size, **flags):
 @train.command()
 @click.option(
     "--lm",
-    required=True,
+    default=None,
     help="A local Hugging Face causal LM directory (Llama-2 style), or a config.json for "
-    "random weights.",
+    "random weights. Required, but for --smoke (a tiny random Llama).",
 )
 @click.option(
     "--vision",
-    required=True,
-    help="open_clip architecture (ViT-L-14-336) or the path of an open_clip model config.",
+    default=None,
+    help="open_clip architecture (ViT-L-14-336) or the path of an open_clip model config. "
+    "Required, but for --smoke (a tiny random ViT, 16 patches at 64 px).",
 )
 @click.option(
     "--vision-pretrained",
@@ -490,7 +491,12 @@ def vila(
     **flags,
 ):
     """Pretrain VILA (stage 0: projector; stage 1: projector and LM) on builds."""
-    from trainer.config import vila_config, vila_optim
+    from trainer.config import SMOKE_LM, SMOKE_VISION, vila_config, vila_optim
+
+    for flag, value, tiny in (("--lm", lm, SMOKE_LM), ("--vision", vision, SMOKE_VISION)):
+        if value is None and not flags["smoke"]:
+            raise UsageFailure(f"{flag} is required (or --smoke: a tiny model of random weights)")
+    lm, vision = lm or SMOKE_LM, vision or SMOKE_VISION
 
     def model_config():
         return vila_config(

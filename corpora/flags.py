@@ -139,7 +139,9 @@ def settings_from_flags(corpus: str, **flags: Any) -> BuildSettings:
     _check_special_ids(fields)
     clip = _clip_settings(corpus, given)
     options = _corpus_options(corpus, given, clip_given="clip_model" in given)
-    output = given.get("output") or os.path.join("corpora-out", corpus)
+    # a --smoke build has a folder of its own: one made with the full settings is not refused
+    default = ("corpora-out", "smoke", corpus) if given.get("smoke") else ("corpora-out", corpus)
+    output = given.get("output") or os.path.join(*default)
     if "://" not in output:
         output = os.path.abspath(output)
     inputs = tuple(given.get("inputs") or ())

@@ -130,6 +130,10 @@ def test_resume_continues_step_for_step_and_an_output_with_checkpoints_needs_it(
             ["vila", "--stage", "1", "--smoke", "--lm", "/no/such/lm", "--vision", "ViT-B-32"],
             "corpora: LM not found: /no/such/lm",
         ),
+        (  # --smoke's tiny models are its defaults; without it a run names its own
+            ["vila", "--stage", "0", "--steps", "1"],
+            "corpora: --lm is required (or --smoke: a tiny model of random weights)",
+        ),
     ],
 )
 def test_bad_settings_exit_2_with_one_line(sample_build, flags, message):  # noqa: F811

@@ -223,7 +223,20 @@ def test_no_input_builds_the_bundled_sample_where_there_is_one(tmp_path, monkeyp
     with pytest.raises(FlagError) as refused:
         settings_from_flags("wit")
     assert str(refused.value) == (
-        "--input is required for wit (the bundled sample is for mmc4, mmc4-pairs, mmc4-reordered)"
+        "--input is required for wit (the bundled sample is for c4, mmc4, mmc4-pairs, "
+        "mmc4-reordered)"
+    )
+
+
+def test_a_smoke_build_has_a_default_folder_of_its_own(tmp_path, monkeypatch):
+    # issue 32, finding 4: `build --smoke` after the README's build was refused there
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    assert settings_from_flags("mmc4-pairs").output == str(tmp_path / "corpora-out" / "mmc4-pairs")
+    smoke = settings_from_flags("mmc4-pairs", smoke=True).output
+    assert smoke == str(tmp_path / "corpora-out" / "smoke" / "mmc4-pairs")
+    assert (
+        settings_from_flags("c4", smoke=True).inputs[0].endswith("c4-train.00000-of-00001.json.gz")
     )
 
 
