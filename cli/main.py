@@ -14,6 +14,7 @@ import sys
 import click
 
 from cli import build as build_command
+from cli.build_help import BuildCommand
 from cli.common import CorpusName, OneLineGroup, UsageFailure, usage_errors
 from cli.corpus_options import corpus_options, help_for
 from cli.fetch import fetch
@@ -47,7 +48,7 @@ def list_corpora() -> None:
         click.echo(f"{name:<{width}}  {spec.summary}")
 
 
-@cli.command()
+@cli.command(cls=BuildCommand)
 @click.argument("corpus", type=CorpusName(list(catalog.CORPORA)))
 @click.option(
     "--input",
@@ -237,6 +238,7 @@ def build(corpus, beam_args, overwrite, **flags):
 
     Beam pipeline options go after `--`, e.g. `-- --direct_running_mode=multi_threading`;
     each must be an option Beam knows for the runner (see --custom-beam-option).
+    `corpora build CORPUS --help` shows only the flags that apply to CORPUS.
     """
     build_command.run(corpus, beam_args, overwrite, flags)
 
