@@ -8,12 +8,13 @@ import sys
 from typing import Any, Sequence
 
 import click
+from click.core import ParameterSource
 
 from cli.common import UsageFailure, pipeline_failed, usage_errors
 from cli.quiet import only_corpora_lines
 from corpora.advice import failures_advice, nothing_kept
 from corpora.bundled_sample import sample_contents
-from corpora.flags import FlagError, describe_clip, settings_from_flags
+from corpora.flags import SMOKE_FLAGS, FlagError, describe_clip, settings_from_flags
 from corpora.inputs import InputError
 from corpora.stats_table import format_count
 from pipelines.runners import (
@@ -31,6 +32,10 @@ def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str,
     """Build ``corpus`` with the command line's ``flags``; exit 2 on a usage
     error, 1 when the pipeline fails."""
     verbose = logging.getLogger().isEnabledFor(logging.INFO)
+    context = click.get_current_context()
+    for name in SMOKE_FLAGS:  # a default left as it is: --smoke may set its own
+        if context.get_parameter_source(name) is ParameterSource.DEFAULT:
+            flags[name] = None
     runner_flags = {name: flags.pop(name) for name in RUNNER_FLAGS}
     with usage_errors(RunnerError):
         runner = runner_settings_from_flags(beam_args, **runner_flags)

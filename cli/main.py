@@ -186,8 +186,8 @@ def list_corpora() -> None:
 @click.option(
     "--smoke",
     is_flag=True,
-    help="Laptop-sized settings: seq_len 256, 16 tokens per image, 64 px (what train --smoke "
-    "models take).",
+    help="Laptop-sized defaults: seq_len 256, 16 tokens per image, 64 px, 8 samples per shard "
+    "(what train --smoke models take); a flag given beside it wins.",
 )
 @click.option(
     "--min-clip-sim",

@@ -18,7 +18,9 @@ The rules that concern more than one setting live here, not in the CLI:
 - ``--image-token-id`` and ``--pad-id`` are checked against the tokenizer
   (:func:`corpora.tokenizer.check_special_ids`; ``--image-token-reserved``
   lets the image token id be a vocabulary piece set aside for images);
-- ``--smoke`` comes last and wins.
+- ``--smoke`` sets laptop-sized defaults (:func:`corpora.settings.smoke`): a
+  flag of :data:`SMOKE_FLAGS` given beside it wins, and its output folder is
+  ``corpora-out/smoke/CORPUS``.
 
 Every refusal is a :class:`FlagError` whose message is one line for the user.
 
@@ -46,7 +48,7 @@ from corpora import catalog
 from corpora.bundled_sample import SAMPLE_IMAGES, sample_directory
 from corpora.fetch.settings import REASONS, is_fetch_reason
 from corpora.funnel import current_reason
-from corpora.settings import SAMPLE_TOKENIZER, BuildSettings, corpus_settings, smoke
+from corpora.settings import DEFAULTS, SAMPLE_TOKENIZER, BuildSettings, corpus_settings, smoke
 from corpora.spec import CLIP_DOCUMENTS, CLIP_PAIRS
 from corpora.store.files import reachable
 from corpora.store.settings import STORE_FOLDER, StoreSettings
@@ -102,6 +104,8 @@ CLIP_FLAGS = {
 # The image store and an img2dataset download (StoreSettings).
 STORE_FLAGS = ("image_store", "no_image_store", "refetch_failures", "images_from", "images_absent")
 OTHER_FLAGS = ("inputs", "output", "smoke", "clip_model", "clip_pretrained")
+# The flags whose defaults --smoke changes (a value given for one of them wins).
+SMOKE_FLAGS = ("seq_len", "tokens_per_image", "samples_per_shard", "image_size")
 
 
 class FlagError(ValueError):
@@ -134,6 +138,8 @@ def settings_from_flags(corpus: str, **flags: Any) -> BuildSettings:
         raise FlagError(exc.args[0]) from None
     _refuse_unknown(flags)
     given = {name: value for name, value in flags.items() if value is not None}
+    if given.get("smoke"):
+        given = _smoke_defaults(given)
     fields = {name: given[name] for name in BUILD_FLAGS if name in given}
     _check_tokenizer(fields.setdefault("tokenizer", SAMPLE_TOKENIZER))
     _check_special_ids(fields)
@@ -162,7 +168,19 @@ def settings_from_flags(corpus: str, **flags: Any) -> BuildSettings:
         )
     except ValueError as exc:
         raise FlagError(str(exc)) from None
-    return smoke(settings) if given.get("smoke") else settings
+    return settings
+
+
+def _smoke_defaults(given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` with --smoke's values for the flags of :data:`SMOKE_FLAGS` it
+    does not hold (:func:`corpora.settings.smoke` of the defaults).
+
+    >>> _smoke_defaults({"seq_len": 512})
+    {'seq_len': 512, 'tokens_per_image': 16, 'samples_per_shard': 8, 'image_size': 64}
+    """
+    small = smoke(DEFAULTS)
+    values = {name: getattr(small, name) for name in SMOKE_FLAGS if name != "image_size"}
+    return {**values, "image_size": small.fetch.image_size, **given}
 
 
 def _refuse_unknown(flags: dict[str, Any]) -> None:

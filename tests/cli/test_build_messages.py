@@ -1,13 +1,14 @@
 """What `corpora build` prints reads right for what was built (issue 32,
 finding 8): a text corpus's lines say nothing of images, one is singular, and
-a mistyped corpus names the closest one."""
+a mistyped corpus names the closest one; and --smoke sets defaults, never
+overriding a flag given beside it (finding 5)."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests import fixtures
-from tests.helpers import run_cli
+from tests.helpers import load_manifest, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -32,3 +33,12 @@ def test_a_mistyped_corpus_names_the_closest(command):
         "corpora: Invalid value for 'CORPUS': unknown corpus 'mmc4-pair' (did you mean "
         f"mmc4-pairs? `corpora list` names them) (see corpora {command} --help)\n"
     )
+
+
+def test_build_smoke_sets_defaults_and_a_flag_given_wins(tmp_path):
+    output = str(tmp_path / "out")
+    result = run_cli("build", "c4", "--smoke", "--seq-len", "128", "--output", output)
+    assert result.returncode == 0, result.stderr
+    manifest = load_manifest(output)
+    assert (manifest["seq_len"], manifest["tokens_per_image"]) == (128, 16)
+    assert manifest["settings"]["samples_per_shard"] == 8

@@ -104,10 +104,14 @@ def test_build_fetch_and_corpus_flags_land_in_their_settings(tmp_path):
     }
 
 
-def test_smoke_comes_last():
-    built = settings_from_flags("c4", inputs=("x",), seq_len=4096, image_size=512, smoke=True)
+def test_smoke_sets_defaults_and_a_flag_given_wins():
+    # issue 32, finding 5: --smoke came last and silently overrode the flags given
+    built = settings_from_flags("c4", inputs=("x",), smoke=True)
     assert (built.seq_len, built.tokens_per_image, built.samples_per_shard) == (256, 16, 8)
     assert built.fetch.image_size == 64
+    built = settings_from_flags("c4", inputs=("x",), seq_len=4096, image_size=512, smoke=True)
+    assert (built.seq_len, built.tokens_per_image, built.samples_per_shard) == (4096, 16, 8)
+    assert built.fetch.image_size == 512
 
 
 def test_max_aspect_ratio_is_checked_on_images_and_on_coyo_rows():
