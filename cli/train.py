@@ -493,10 +493,10 @@ def vila(
     """Pretrain VILA (stage 0: projector; stage 1: projector and LM) on builds."""
     from trainer.config import SMOKE_LM, SMOKE_VISION, vila_config, vila_optim
 
-    for flag, value, tiny in (("--lm", lm, SMOKE_LM), ("--vision", vision, SMOKE_VISION)):
+    for flag, value in (("--lm", lm), ("--vision", vision)):
         if value is None and not flags["smoke"]:
             raise UsageFailure(f"{flag} is required (or --smoke: a tiny model of random weights)")
-    lm, vision = lm or SMOKE_LM, vision or SMOKE_VISION
+    lm, vision = lm or SMOKE_LM, vision or SMOKE_VISION  # --smoke's defaults
 
     def model_config():
         return vila_config(
