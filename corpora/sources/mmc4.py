@@ -257,8 +257,8 @@ C4_FIELDS = frozenset({"text", "url"})
 def check(stream: BinaryIO, path: str, max_line_bytes: int) -> None:
     """Raise :class:`InputError` naming the file when none of its first JSON
     documents has MMC4's ``text_list`` or ``image_info`` (and name the corpus
-    it looks like); a file whose first lines are not JSON is left to the
-    reader, which counts them.
+    it looks like); a file whose first lines are not JSON objects, or empty
+    ones (``{}``), is left to the reader, which counts them.
 
     >>> import io
     >>> check(io.BytesIO(b'{"url": "u", "text_list": ["a"], "image_info": []}'), "d.jsonl", 99)
@@ -271,7 +271,7 @@ def check(stream: BinaryIO, path: str, max_line_bytes: int) -> None:
     seen = 0
     for _, raw in iter_lines(stream, path, max_line_bytes):
         obj = json_object(raw, path)
-        if isinstance(obj, Drop):
+        if isinstance(obj, Drop) or not obj:  # not JSON, or {}: the reader counts them
             continue
         if "text_list" in obj or "image_info" in obj:
             return
@@ -281,7 +281,7 @@ def check(stream: BinaryIO, path: str, max_line_bytes: int) -> None:
             break
     if not seen:
         return
-    found = ", ".join(sorted(keys)[:8]) or "no fields"
+    found = ", ".join(sorted(keys)[:8])
     if C4_FIELDS <= keys:
         raise InputError(
             f"{path}: this file looks like C4, not MMC4: its documents have {found}, "
