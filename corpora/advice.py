@@ -42,7 +42,7 @@ def nothing_kept(manifest: Mapping) -> str | None:
     share = f"all {count}" if count == funnel["input"] else f"{count} of {funnel['input']}"
     line = f"the build kept nothing: {share} {funnel['unit']}s were dropped as {reason}"
     if reason in SETTINGS_REASONS:
-        return f"{line}; add {SETTINGS_REASONS[reason]}"
+        return f"{line}; {SETTINGS_REASONS[reason]}"
     if reason in CAUSES:
         return f"{line}; {CAUSES[reason]}"
     if is_fetch_reason(reason):
@@ -55,7 +55,7 @@ def failures_advice(images: Mapping) -> str:
     another attempt can help, the flag where this build's settings refused."""
     refused = [reason for reason in images["failed"] if reason in SETTINGS_REASONS]
     others = [reason for reason in images["failed"] if reason not in SETTINGS_REASONS]
-    advice = [f"{reason}: add {SETTINGS_REASONS[reason]}" for reason in sorted(refused)]
+    advice = [f"{reason}: {SETTINGS_REASONS[reason]}" for reason in sorted(refused)]
     if others:
         advice.append("rebuild them with --retry-failures")
     return f"failed URLs: {images['failures_file']} ({'; '.join(advice)})"
