@@ -384,7 +384,10 @@ def _run(model_config, make_config, flags: dict) -> None:
         ImportError,
     ) as exc:  # bad settings, blends, paths: one line
         message = str(exc).strip().splitlines()
-        raise UsageFailure(message[0] if message else type(exc).__name__) from None
+        line = message[0] if message else type(exc).__name__
+        if flags["smoke"] and line.startswith("tokens_per_image mismatch"):
+            line += "; --smoke's models take a --smoke build (corpora build CORPUS --smoke)"
+        raise UsageFailure(line) from None
     except KeyboardInterrupt:
         click.echo("corpora: training interrupted", err=True)
         sys.exit(130)

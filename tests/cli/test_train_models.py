@@ -180,3 +180,16 @@ def test_a_run_without_output_says_nothing_is_saved(sample_build):  # noqa: F811
     result = run_cli("train", "prefixlm", "--data", sample_build, "--smoke", "--steps", "1")
     assert result.returncode == 0, result.stderr
     assert "checkpoints: none, nothing is saved (no --output)" in result.stdout.splitlines()
+
+
+# Issue 32, finding 4: `train prefixlm --smoke` on the README's first build stopped on a
+# tokens_per_image mismatch without saying which build a --smoke run wants.
+def test_a_smoke_run_on_a_full_size_build_names_the_smoke_build(tmp_path):
+    output = str(tmp_path / "mmc4-pairs")
+    built = run_cli("build", "mmc4-pairs", "--output", output, "--progress-every", "0")
+    assert built.returncode == 0, built.stderr
+    result = run_cli("train", "prefixlm", "--data", output, "--smoke")
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("corpora: tokens_per_image mismatch: the data has 576 tokens per image")
+    assert line.endswith("; --smoke's models take a --smoke build (corpora build CORPUS --smoke)")
