@@ -4,14 +4,19 @@ the build run, and what it prints."""
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any, Sequence
 
 import click
+from click.core import ParameterSource
 
 from cli.common import UsageFailure, pipeline_failed, usage_errors
 from cli.quiet import only_corpora_lines
-from corpora.flags import FlagError, describe_clip, settings_from_flags
+from corpora.advice import failures_advice, nothing_kept
+from corpora.bundled_sample import sample_contents
+from corpora.flags import SMOKE_FLAGS, FlagError, describe_clip, settings_from_flags
 from corpora.inputs import InputError
+from corpora.stats_table import format_count
 from pipelines.runners import (
     RUNNER_FLAGS,
     RunnerError,
@@ -27,6 +32,10 @@ def run(corpus: str, beam_args: Sequence[str], overwrite: bool, flags: dict[str,
     """Build ``corpus`` with the command line's ``flags``; exit 2 on a usage
     error, 1 when the pipeline fails."""
     verbose = logging.getLogger().isEnabledFor(logging.INFO)
+    context = click.get_current_context()
+    for name in SMOKE_FLAGS:  # a default left as it is: --smoke may set its own
+        if context.get_parameter_source(name) is ParameterSource.DEFAULT:
+            flags[name] = None
     runner_flags = {name: flags.pop(name) for name in RUNNER_FLAGS}
     with usage_errors(RunnerError):
         runner = runner_settings_from_flags(beam_args, **runner_flags)
@@ -62,8 +71,10 @@ def _build(
             zygote.preload("torch", "open_clip")  # beside this process's load of the model
         clip_line = describe_clip(settings)
         if not flags["inputs"]:
+            sample = settings.inputs[0]
             click.echo(
-                f"No --input given: building the bundled sample corpus ({settings.inputs[0]})"
+                f"No --input given: building the bundled sample corpus "
+                f"({sample_contents(sample)}): {sample}"
             )
         settings = resolve_inputs(settings)
         check_store(settings.store)
@@ -102,6 +113,10 @@ def _build(
         return
     print_summary(outcome.manifest)
     print_run(outcome)
+    empty = nothing_kept(outcome.manifest)
+    if empty is not None:  # input records, none kept: a failure with its likeliest cause
+        click.echo(f"corpora: {empty}", err=True)
+        sys.exit(1)
 
 
 def print_run(outcome) -> None:
@@ -123,18 +138,24 @@ def print_run(outcome) -> None:
 
 def print_summary(manifest: dict) -> None:
     funnel, totals = manifest["funnel"], manifest["totals"]
-    click.echo(
-        f"Wrote {totals['shards']} shard(s), {totals['samples']} sequences, "
-        f"{totals['documents']} documents, {totals['images']} images"
+    counts = (
+        format_count(totals[key], noun)
+        for key, noun in (("shards", "shard"), ("samples", "sequence"), ("documents", "document"))
     )
+    attempted = (manifest.get("images") or {}).get("input", 0)  # a text corpus attempts none
+    images = f", {format_count(totals['images'], 'image')}" if attempted else ""
+    click.echo(f"Wrote {', '.join(counts)}{images}")
     if manifest["shard_pattern"]:
         click.echo(f"  shards: {manifest['shard_pattern']}")
     click.echo(f"Funnel ({funnel['unit']}s): input {funnel['input']}, kept {funnel['kept']}")
     for reason, count in sorted(funnel["dropped"].items(), key=lambda kv: -kv[1]):
         click.echo(f"  dropped {reason}: {count}")
+    removed = manifest.get("images_removed") or {}
+    for reason, count in sorted(removed.items(), key=lambda kv: -kv[1]):
+        click.echo(f"  images removed from kept {funnel['unit']}s, {reason}: {count}")
     click.echo("Statistics: stats.json (`corpora stats DIR`, `corpora report DIR`)")
     images = manifest.get("images")
-    if images:
+    if images and images["input"]:  # a text corpus attempts none
         click.echo(
             f"Images: {images['input']} attempted, {images['ok']} ok"
             + "".join(
@@ -143,6 +164,4 @@ def print_summary(manifest: dict) -> None:
             )
         )
         if images["failed"]:
-            click.echo(
-                f"  failed URLs: {images['failures_file']} (rebuild them with --retry-failures)"
-            )
+            click.echo("  " + failures_advice(images))

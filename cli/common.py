@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import re
 import sys
 from typing import Any, Iterator, NoReturn
 
 import click
+
+from corpora.extras import MissingExtra
 
 # C0 and C1 control characters but newline and tab, and the Unicode controls
 # that reorder text on screen: what a hostile name, URL or text could use to
@@ -65,6 +68,26 @@ def pipeline_failed(exc: Exception, command: str, verbose: bool) -> NoReturn:
     sys.exit(1)
 
 
+class CorpusName(click.Choice):
+    """A corpus of the catalog; a name it does not know is refused naming the
+    closest one (``CORPUS`` in the usage line, not every name in braces)."""
+
+    name = "corpus"
+
+    def __init__(self, names: list[str]):
+        super().__init__(names)
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return "CORPUS"
+
+    def convert(self, value, param, ctx):
+        if value in self.choices:
+            return value
+        close = difflib.get_close_matches(str(value), [str(c) for c in self.choices], n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        self.fail(f"unknown corpus {value!r} ({hint}`corpora list` names them)", param, ctx)
+
+
 class OneLineGroup(click.Group):
     """A command group whose usage errors, a mistyped flag among them, are one
     line on stderr and exit 2, like every other ``corpora`` refusal."""
@@ -82,6 +105,8 @@ class OneLineGroup(click.Group):
 def _one_line() -> Iterator[None]:
     try:
         yield
+    except MissingExtra as exc:  # an optional dependency: one line naming the extra
+        raise UsageFailure(str(exc)) from None
     except click.NoSuchOption as exc:
         close = f" (did you mean {exc.possibilities[0]}?)" if exc.possibilities else ""
         raise UsageFailure(f"no such option: {exc.option_name}{close}") from None

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import click
 
-from cli.common import UsageFailure, pipeline_failed, usage_errors
+from cli.common import CorpusName, UsageFailure, pipeline_failed, usage_errors
 from cli.corpus_options import corpus_options
 from cli.fetch_options import fetch_options
 from cli.quiet import only_corpora_lines
@@ -33,7 +33,7 @@ from pipelines.workers import Zygote, warm_workers
 
 
 @click.command()
-@click.argument("corpus", type=click.Choice(list(catalog.CORPORA)))
+@click.argument("corpus", type=CorpusName(list(catalog.CORPORA)))
 @click.option(
     "--input",
     "inputs",

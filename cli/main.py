@@ -14,7 +14,8 @@ import sys
 import click
 
 from cli import build as build_command
-from cli.common import OneLineGroup, UsageFailure, echo, usage_errors
+from cli.build_help import BuildCommand
+from cli.common import CorpusName, OneLineGroup, UsageFailure, echo, usage_errors
 from cli.corpus_options import corpus_options, help_for
 from cli.fetch import fetch
 from cli.fetch_options import fetch_options
@@ -47,8 +48,8 @@ def list_corpora() -> None:
         click.echo(f"{name:<{width}}  {spec.summary}")
 
 
-@cli.command()
-@click.argument("corpus", type=click.Choice(list(catalog.CORPORA)))
+@cli.command(cls=BuildCommand)
+@click.argument("corpus", type=CorpusName(list(catalog.CORPORA)))
 @click.option(
     "--input",
     "inputs",
@@ -57,7 +58,10 @@ def list_corpora() -> None:
     "Default: the bundled sample corpus.",
 )
 @click.option(
-    "--output", default=None, help="Output directory or URI. Default: ./corpora-out/CORPUS"
+    "--output",
+    default=None,
+    help="Output directory or URI. Default: ./corpora-out/CORPUS (--smoke: "
+    "./corpora-out/smoke/CORPUS)",
 )
 @click.option(
     "--tokenizer",
@@ -171,8 +175,8 @@ def list_corpora() -> None:
     type=click.FloatRange(0),
     default=PROGRESS_EVERY,
     show_default=True,
-    help="Seconds between progress lines on local builds, the build's and each fetch "
-    "worker's (URLs done, success rate, images/s); 0: none.",
+    help="Seconds between progress lines on local builds (records read, images fetched and "
+    "their rate, shards complete, ETA); 0: none.",
 )
 @click.option(
     "--allow-private-urls",
@@ -180,7 +184,10 @@ def list_corpora() -> None:
     help="Fetch from loopback, private and link-local addresses (refused by default).",
 )
 @click.option(
-    "--smoke", is_flag=True, help="Laptop-sized settings: seq_len 256, 16 tokens per image, 64 px."
+    "--smoke",
+    is_flag=True,
+    help="Laptop-sized defaults: seq_len 256, 16 tokens per image, 64 px, 8 samples per shard "
+    "(what train --smoke models take); a flag given beside it wins.",
 )
 @click.option(
     "--min-clip-sim",
@@ -231,6 +238,7 @@ def build(corpus, beam_args, overwrite, **flags):
 
     Beam pipeline options go after `--`, e.g. `-- --direct_running_mode=multi_threading`;
     each must be an option Beam knows for the runner (see --custom-beam-option).
+    `corpora build CORPUS --help` shows only the flags that apply to CORPUS.
     """
     build_command.run(corpus, beam_args, overwrite, flags)
 

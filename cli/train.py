@@ -11,6 +11,7 @@ import logging
 import sys
 
 import click
+from click.core import ParameterSource
 
 from cli.common import UsageFailure, echo
 from trainer.config import PROJECTORS, SIZES, WEIGHT_UNITS
@@ -297,7 +298,8 @@ def training_options(command):
         click.option(
             "--smoke",
             is_flag=True,
-            help="Laptop-sized: 20 steps of 2 sequences, no loader workers (PrefixLM: tiny).",
+            help="Laptop-sized defaults for the flags not given: 20 steps of 2 sequences, a line "
+            "every 5, no loader workers (PrefixLM: tiny).",
         ),
     ]
     for option in reversed(options):
@@ -312,12 +314,13 @@ def _train_config(flags: dict, optim):
 
     if flags["steps"] is None and not flags["smoke"]:
         raise UsageFailure("--steps is required (or --smoke)")
+    flags = _smoke_defaults(flags)
     changes = {
         name: flags[name] for name in ("lr", "warmup", "weight_decay") if flags[name] is not None
     }
     optim = dataclasses.replace(optim, clip_norm=flags["clip_norm"], **changes)
     config = train_config(
-        steps=flags["steps"] or 20,
+        steps=flags["steps"],
         batch_size=flags["batch_size"],
         optim=optim,
         accumulate=flags["accumulate"],
@@ -331,7 +334,31 @@ def _train_config(flags: dict, optim):
         output=flags["output"],
         resume=flags["resume"],
     )
-    return smoke(config) if flags["smoke"] else config
+    if not flags["smoke"]:
+        return config
+    # the laptop-sized run's values, for every setting the command line left out
+    given = {field: getattr(config, field) for field in SMOKE_FIELDS if _given(field)}
+    return dataclasses.replace(smoke(config), **given)
+
+
+# TrainConfig fields that --smoke sets, each also a flag of the same name.
+SMOKE_FIELDS = ("steps", "batch_size", "accumulate", "log_every", "checkpoint_every")
+
+
+def _given(name: str) -> bool:
+    """Did the command line (or the environment) give the flag ``name``,
+    rather than leave it at its default?"""
+    source = click.get_current_context().get_parameter_source(name)
+    return source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+
+def _smoke_defaults(flags: dict) -> dict:
+    """``flags`` with --smoke's defaults where the command line gave none:
+    20 steps, no loader workers, PrefixLM tiny (never over a flag given)."""
+    if not flags["smoke"]:
+        return flags
+    defaults = {"steps": 20, "workers": 0}
+    return {**flags, **{name: v for name, v in defaults.items() if not _given(name)}}
 
 
 def _run(model_config, make_config, flags: dict) -> None:
@@ -345,7 +372,7 @@ def _run(model_config, make_config, flags: dict) -> None:
         data = data_config(
             [parse_source(source) for source in flags["sources"]],
             weight_unit=flags["weight_unit"],
-            num_workers=0 if flags["smoke"] else flags["workers"],
+            num_workers=_smoke_defaults(flags)["workers"],
             shuffle_buffer=flags["shuffle_buffer"],
             verify=flags["verify"],
         )
@@ -359,7 +386,10 @@ def _run(model_config, make_config, flags: dict) -> None:
         ImportError,
     ) as exc:  # bad settings, blends, paths: one line
         message = str(exc).strip().splitlines()
-        raise UsageFailure(message[0] if message else type(exc).__name__) from None
+        line = message[0] if message else type(exc).__name__
+        if flags["smoke"] and line.startswith("tokens_per_image mismatch"):
+            line += "; --smoke's models take a --smoke build (corpora build CORPUS --smoke)"
+        raise UsageFailure(line) from None
     except KeyboardInterrupt:
         click.echo("corpora: training interrupted", err=True)
         sys.exit(130)
@@ -397,7 +427,8 @@ def prefixlm(size, image_size, **flags):
     def model_config():
         changes = {"image_size": image_size} if image_size else {}
         try:
-            return prefixlm_config("tiny" if flags["smoke"] else size, **changes)
+            smoke_size = flags["smoke"] and not _given("size")
+            return prefixlm_config("tiny" if smoke_size else size, **changes)
         except ConfigError as exc:
             raise UsageFailure(str(exc)) from None
 
@@ -407,14 +438,15 @@ def prefixlm(size, image_size, **flags):
 @train.command()
 @click.option(
     "--lm",
-    required=True,
+    default=None,
     help="A local Hugging Face causal LM directory (Llama-2 style), or a config.json for "
-    "random weights.",
+    "random weights. Required, but for --smoke (a tiny random Llama).",
 )
 @click.option(
     "--vision",
-    required=True,
-    help="open_clip architecture (ViT-L-14-336) or the path of an open_clip model config.",
+    default=None,
+    help="open_clip architecture (ViT-L-14-336) or the path of an open_clip model config. "
+    "Required, but for --smoke (a tiny random ViT, 16 patches at 64 px).",
 )
 @click.option(
     "--vision-pretrained",
@@ -464,7 +496,12 @@ def vila(
     **flags,
 ):
     """Pretrain VILA (stage 0: projector; stage 1: projector and LM) on builds."""
-    from trainer.config import vila_config, vila_optim
+    from trainer.config import SMOKE_LM, SMOKE_VISION, vila_config, vila_optim
+
+    for flag, value in (("--lm", lm), ("--vision", vision)):
+        if value is None and not flags["smoke"]:
+            raise UsageFailure(f"{flag} is required (or --smoke: a tiny model of random weights)")
+    lm, vision = lm or SMOKE_LM, vision or SMOKE_VISION  # --smoke's defaults
 
     def model_config():
         return vila_config(

@@ -18,7 +18,9 @@ The rules that concern more than one setting live here, not in the CLI:
 - ``--image-token-id`` and ``--pad-id`` are checked against the tokenizer
   (:func:`corpora.tokenizer.check_special_ids`; ``--image-token-reserved``
   lets the image token id be a vocabulary piece set aside for images);
-- ``--smoke`` comes last and wins.
+- ``--smoke`` sets laptop-sized defaults (:func:`corpora.settings.smoke`): a
+  flag of :data:`SMOKE_FLAGS` given beside it wins, and its output folder is
+  ``corpora-out/smoke/CORPUS``.
 
 Every refusal is a :class:`FlagError` whose message is one line for the user.
 
@@ -40,19 +42,17 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-import tempfile
 from typing import Any
 
 from corpora import catalog
-from corpora.bundled_sample import SAMPLE_IMAGES
-from corpora.settings import SAMPLE_TOKENIZER, BuildSettings, corpus_settings, smoke
+from corpora.bundled_sample import SAMPLE_IMAGES, sample_directory
+from corpora.fetch.settings import REASONS, is_fetch_reason
+from corpora.funnel import current_reason
+from corpora.settings import DEFAULTS, SAMPLE_TOKENIZER, BuildSettings, corpus_settings, smoke
 from corpora.spec import CLIP_DOCUMENTS, CLIP_PAIRS
 from corpora.store.files import reachable
 from corpora.store.settings import STORE_FOLDER, StoreSettings
 
-# The bundled sample is written to a fixed place, so that running the same
-# command again resumes the same build.
-SAMPLE_DIRECTORY = os.path.join(tempfile.gettempdir(), "corpora-sample")
 PROGRESS_EVERY = 30.0  # seconds between progress lines, the command line's default
 
 # Flags that set a field of BuildSettings of the same name.
@@ -106,6 +106,8 @@ CLIP_FLAGS = {
 # The image store and an img2dataset download (StoreSettings).
 STORE_FLAGS = ("image_store", "no_image_store", "refetch_failures", "images_from", "images_absent")
 OTHER_FLAGS = ("inputs", "output", "smoke", "clip_model", "clip_pretrained")
+# The flags whose defaults --smoke changes (a value given for one of them wins).
+SMOKE_FLAGS = ("seq_len", "tokens_per_image", "samples_per_shard", "image_size")
 
 
 class FlagError(ValueError):
@@ -138,12 +140,16 @@ def settings_from_flags(corpus: str, **flags: Any) -> BuildSettings:
         raise FlagError(exc.args[0]) from None
     _refuse_unknown(flags)
     given = {name: value for name, value in flags.items() if value is not None}
+    if given.get("smoke"):
+        given = _smoke_defaults(given)
     fields = {name: given[name] for name in BUILD_FLAGS if name in given}
     _check_tokenizer(fields.setdefault("tokenizer", SAMPLE_TOKENIZER))
     _check_special_ids(fields)
     clip = _clip_settings(corpus, given)
     options = _corpus_options(corpus, given, clip_given="clip_model" in given)
-    output = given.get("output") or os.path.join("corpora-out", corpus)
+    # a --smoke build has a folder of its own: one made with the full settings is not refused
+    default = ("corpora-out", "smoke", corpus) if given.get("smoke") else ("corpora-out", corpus)
+    output = given.get("output") or os.path.join(*default)
     if "://" not in output:
         output = os.path.abspath(output)
     inputs = tuple(given.get("inputs") or ())
@@ -154,7 +160,7 @@ def settings_from_flags(corpus: str, **flags: Any) -> BuildSettings:
                 f"--input is required for {corpus} (the bundled sample is for "
                 f"{', '.join(having) or 'no corpus'})"
             )
-        inputs = (spec.sample(SAMPLE_DIRECTORY),)
+        inputs = (spec.sample(sample_directory()),)
         # the sample's images are local files: the one folder it may read
         given["allow_local_files"] = (*given.get("allow_local_files", ()), SAMPLE_IMAGES)
     try:
@@ -164,7 +170,19 @@ def settings_from_flags(corpus: str, **flags: Any) -> BuildSettings:
         )
     except ValueError as exc:
         raise FlagError(str(exc)) from None
-    return smoke(settings) if given.get("smoke") else settings
+    return settings
+
+
+def _smoke_defaults(given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` with --smoke's values for the flags of :data:`SMOKE_FLAGS` it
+    does not hold (:func:`corpora.settings.smoke` of the defaults).
+
+    >>> _smoke_defaults({"seq_len": 512})
+    {'seq_len': 512, 'tokens_per_image': 16, 'samples_per_shard': 8, 'image_size': 64}
+    """
+    small = smoke(DEFAULTS)
+    values = {name: getattr(small, name) for name in SMOKE_FLAGS if name != "image_size"}
+    return {**values, "image_size": small.fetch.image_size, **given}
 
 
 def _refuse_unknown(flags: dict[str, Any]) -> None:
@@ -242,14 +260,34 @@ def _fetch_settings(settings: BuildSettings, given: dict[str, Any]):
         value = given[name]
         if name == "ignore_opt_out":
             value = not value
-        elif name in ("allow_network", "retry_reason"):
+        elif name == "allow_network":
             value = tuple(value)
+        elif name == "retry_reason":
+            value = tuple(_retry_reason(reason) for reason in value)
         elif name == "allow_local_files":
             value = tuple(_local_directory(directory) for directory in value)
         elif name == "retry_failures" and "://" not in value:
             value = os.path.abspath(value)
         changes[field] = value
     return dataclasses.replace(settings.fetch, **changes)
+
+
+def _retry_reason(reason: str) -> str:
+    """A ``--retry-reason``, refused unless an image fetch can fail with it
+    (a mistyped one would select no URL, and the build would keep nothing).
+
+    >>> _retry_reason("http_404")
+    'http_404'
+    >>> _retry_reason("file_not_foud")
+    Traceback (most recent call last):
+    ...
+    corpora.flags.FlagError: --retry-reason file_not_foud: no fetch fails with it (did you mean file_not_found?)
+    """  # noqa: E501
+    if is_fetch_reason(current_reason(reason)):
+        return reason
+    close = difflib.get_close_matches(reason, REASONS, n=1)
+    hint = f"did you mean {close[0]}?" if close else f"one of {', '.join(REASONS)}, or http_NNN"
+    raise FlagError(f"--retry-reason {reason}: no fetch fails with it ({hint})")
 
 
 def _local_directory(given: str) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from corpora.extras import missing_extra
 from corpora.lock import LOCK_NAME, LockError
 
 
@@ -43,8 +44,8 @@ class S3Lease:
         try:
             import boto3
             from botocore.exceptions import ClientError
-        except ImportError:
-            raise LockError("an s3:// output needs boto3: pip install 'corpora[s3]'") from None
+        except ImportError as exc:
+            raise LockError(str(missing_extra("s3", "an s3:// output", exc))) from None
         self.bucket, self.key = _bucket_and_key(output)
         self.location = f"s3://{self.bucket}/{self.key}"
         arguments = {name: options[key] for key, name in self.OPTIONS.items() if options.get(key)}
@@ -97,10 +98,8 @@ class GcsLease:
         try:
             from google.api_core import exceptions
             from google.cloud import storage
-        except ImportError:
-            raise LockError(
-                "a gs:// output needs google-cloud-storage: pip install 'corpora[dataflow]'"
-            ) from None
+        except ImportError as exc:
+            raise LockError(str(missing_extra("dataflow", "a gs:// output", exc))) from None
         bucket, key = _bucket_and_key(output)
         self.location = f"gs://{bucket}/{key}"
         self.bucket = storage.Client().bucket(bucket)

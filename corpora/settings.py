@@ -62,7 +62,18 @@ class BuildSettings:
         return dataclasses.replace(self, **changes)
 
     def derived(self) -> dict[str, Any]:
-        """Quantities worth printing at start."""
+        """Quantities worth printing at start; a text corpus has no image ones.
+
+        >>> corpus_settings("c4", ("c4.json.gz",), "out").derived()
+        {'seq_len': 2048, 'tokens_per_shard': 2048000}
+        """
+        from corpora import catalog
+
+        if not catalog.get(self.corpus).images:
+            return {
+                "seq_len": self.seq_len,
+                "tokens_per_shard": self.seq_len * self.samples_per_shard,
+            }
         return {
             "seq_len": self.seq_len,
             "tokens_per_image": self.tokens_per_image,

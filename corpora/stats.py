@@ -353,16 +353,28 @@ def _reasons(counts: Mapping[str, int], total: int) -> list[dict[str, Any]]:
     ]
 
 
-def funnel_section(funnel: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def funnel_section(
+    funnel: Mapping[str, Any] | None, images_removed: Mapping[str, int] | None = None
+) -> dict[str, Any] | None:
+    """The funnel of ``stats.json``, with the images removed from kept records
+    (``--min-sim``, ``--max-images``, CLIP: the manifest's ``images_removed``).
+
+    >>> section = funnel_section({"unit": "document", "input": 4, "kept": 3,
+    ...     "dropped": {"no_images": 1}}, {"clip_similarity_below_min": 2})
+    >>> section["dropped"], section["images_removed"]
+    ([{'reason': 'no_images', 'count': 1, 'share': 0.25}], [{'reason': 'clip_similarity_below_min', 'count': 2}])
+    """  # noqa: E501
     if not funnel:
         return None
     total = int(funnel["input"])
+    removed = sorted((images_removed or {}).items(), key=lambda kv: (-kv[1], kv[0]))
     return {
         "unit": funnel.get("unit"),
         "input": total,
         "kept": int(funnel["kept"]),
         "kept_share": _ratio(int(funnel["kept"]), total),
         "dropped": _reasons(funnel.get("dropped", {}), total),
+        "images_removed": [{"reason": r, "count": int(n)} for r, n in removed if n],
     }
 
 
@@ -450,7 +462,11 @@ def finalize(
             "short_pieces_dropped": {"pieces": acc.dropped_pieces, "tokens": acc.dropped_tokens},
         },
         "scope": "build" if whole_build else "shards",
-        "funnel": funnel_section(manifest.get("funnel")) if whole_build else None,
+        "funnel": (
+            funnel_section(manifest.get("funnel"), manifest.get("images_removed"))
+            if whole_build
+            else None
+        ),
         "scores": {
             name: distribution(counts, SCORE_SCALE) for name, counts in sorted(acc.scores.items())
         },

@@ -14,6 +14,15 @@ def format_number(value: Any, digits: int = 1) -> str:
     return f"{value:,}"
 
 
+def format_count(count: int, noun: str) -> str:
+    """A count and its noun, singular for one: what the summaries print.
+
+    >>> format_count(1, "sequence"), format_count(12800, "URL"), format_count(0, "image")
+    ('1 sequence', '12,800 URLs', '0 images')
+    """
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def format_share(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.1f}%"
 
@@ -115,6 +124,10 @@ def format_table(stats: Mapping[str, Any]) -> str:
                 "",
             )
         )
+        for removed in funnel.get("images_removed", ()):  # from kept records
+            rows.append(
+                (f"  images removed {removed['reason']}", format_number(removed["count"]), "")
+            )
     width = max(len(r[0]) for r in rows)
     value_width = max(len(r[1]) for r in rows)
     scope = (

@@ -131,12 +131,17 @@ def input_files(pipeline: beam.Pipeline, inputs: Sequence[str]) -> beam.PCollect
 
 
 def build_pipeline(
-    pipeline: beam.Pipeline, settings: BuildSettings, tokenizer: Tokenizer
+    pipeline: beam.Pipeline,
+    settings: BuildSettings,
+    tokenizer: Tokenizer,
+    progress: str | None = None,
 ) -> beam.PCollection:
-    """Add the build of ``settings.corpus`` to ``pipeline``; returns the manifest."""
+    """Add the build of ``settings.corpus`` to ``pipeline``; returns the manifest.
+    ``progress``: a folder on this machine where the read and fetch stages
+    keep their counts for the build's progress line (a local build's)."""
     spec = catalog.get(settings.corpus)
     read = input_files(pipeline, settings.inputs) | "Read" >> beam.ParDo(
-        t.ReadSource(spec, settings)
+        t.ReadSource(spec, settings, progress)
     ).with_outputs(t.DROPPED, t.INPUT, main="docs")
     drops = [read.dropped]
     batches = read.docs  # from here on records travel in batches (lists)
@@ -157,7 +162,7 @@ def build_pipeline(
         drops, selection = drops + [selected.dropped], beam.pvalue.AsSingleton(selected.summary)
     if spec.images:
         fetched = batches | "Fetch" >> beam.ParDo(
-            t.FetchImages(spec, settings.fetch, settings.store)
+            t.FetchImages(spec, settings.fetch, settings.store, progress)
         ).with_outputs(t.DROPPED, t.IMAGES, t.FAILURES, t.ARRIVED, t.SPLITS, main="docs")
         _ = fetched[t.SPLITS] | "StoreMarkers" >> MarkComplete(settings.store)
         batches, drops = fetched.docs, drops + [fetched.dropped]

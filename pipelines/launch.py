@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import shutil
 import sys
+import tempfile
 import threading
 import time
 from typing import Any, Callable, TextIO
@@ -18,13 +19,15 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import TestOptions
 
-from corpora import lock
+from corpora import catalog, lock
+from corpora.build_progress import progress_line, read_tallies
 from corpora.settings import BuildSettings
 from corpora.shards import resume as core_resume
 from corpora.shards.manifest import MANIFEST
 from corpora.tokenizer import Tokenizer
 from pipelines import resume, storage
 from pipelines.build import build_pipeline
+from pipelines.inputs import input_bytes
 from pipelines.memory import steady_memory
 from pipelines.runners import RunnerError, RunnerSettings, make_runner, pipeline_options
 from pipelines.transforms import NAMESPACE
@@ -67,9 +70,12 @@ def counters_of(result: Any) -> dict[str, int]:
 
 
 class BuildProgress:
-    """Every ``every`` seconds, a line with the elapsed time and the shards
-    written so far (a local build's only visible progress before it ends).
-    The clock is injectable, so a test needs no sleeps."""
+    """Every ``every`` seconds, one line: the records read (and the share of
+    the input, ``input_bytes`` long), the images fetched and their rate, the
+    shards complete, and an ETA (:func:`corpora.build_progress.progress_line`),
+    from the workers' counts in ``tallies`` (a folder this object makes and
+    removes when none is given). The clock is injectable, so a test needs no
+    sleeps."""
 
     def __init__(
         self,
@@ -78,12 +84,20 @@ class BuildProgress:
         stream: TextIO = sys.stderr,
         count: Callable[[], int] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        tallies: str | None = None,
+        input_bytes: int | None = None,
+        fetches: bool = True,
     ):
         self._output = output
         self._every = every
         self._stream = stream
         self._count = count or self._count_markers
         self._clock = clock
+        self._own = tallies is None and every > 0
+        self.tallies = tempfile.mkdtemp(prefix="corpora-progress-") if self._own else tallies
+        self._input_bytes = input_bytes
+        self._fetches = fetches
+        self._fetching_since: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="corpora-progress")
         self._start = clock()
@@ -97,10 +111,19 @@ class BuildProgress:
 
     def tick(self) -> None:
         """Write one progress line."""
-        elapsed = int(self._clock() - self._start)
-        self._stream.write(
-            f"  … {elapsed // 60}m{elapsed % 60:02d}s, {self._count()} shard(s) complete\n"
+        elapsed = self._clock() - self._start
+        totals = read_tallies(self.tallies) if self.tallies else {}
+        if not totals.get("images"):
+            self._fetching_since = elapsed  # the first image comes after this line
+        line = progress_line(
+            elapsed,
+            totals,
+            self._input_bytes,
+            self._count(),
+            self._fetching_since,
+            self._fetches,
         )
+        self._stream.write(line + "\n")
         self._stream.flush()
 
     def _loop(self) -> None:
@@ -120,6 +143,8 @@ class BuildProgress:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+        if self._own and self.tallies:
+            shutil.rmtree(self.tallies, ignore_errors=True)
 
 
 def new_pipeline(
@@ -204,11 +229,17 @@ def _run(
         if not dry_run:
             found = resume.prepare_output(settings, tokenizer.info, overwrite=overwrite)
             prepared = True
-        build_pipeline(pipeline, settings, tokenizer)
-        if dry_run and runner.runner == "DirectRunner":  # Beam's FnApiRunner would run it all
-            return BuildOutcome(None, {}, 0.0)
-        start = time.monotonic()
-        with BuildProgress(settings.output, progress_every if runner.local else 0):
+        every = progress_every if runner.local and not dry_run else 0
+        with BuildProgress(
+            settings.output,
+            every,
+            input_bytes=input_bytes(settings) if every else None,
+            fetches=catalog.get(settings.corpus).images,
+        ) as progress:
+            build_pipeline(pipeline, settings, tokenizer, progress.tallies)
+            if dry_run and runner.runner == "DirectRunner":  # Beam's FnApiRunner would run it all
+                return BuildOutcome(None, {}, 0.0)
+            start = time.monotonic()
             result = pipeline.run()
             result.wait_until_finish()
         seconds = time.monotonic() - start

@@ -7,13 +7,16 @@ counts, and routes drops to the ``dropped`` output. No business logic here.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
+import os
 from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from corpora import fetch
+from corpora.build_progress import Tally
 from corpora.fetch.progress import FetchProgress
 from corpora.record import Document, Drop
 from corpora.settings import BuildSettings
@@ -130,11 +133,34 @@ class _UnstashBatch(beam.DoFn):
 class ReadSource(beam.DoFn):
     """One input file → the corpus's records, in batches (lists) that grow
     from :data:`MIN_BATCH` to :data:`MAX_BATCH` records, so that a small
-    input still spreads over the workers; counts every funnel unit read."""
+    input still spreads over the workers; counts every funnel unit read
+    (and, for a local build's progress line, the input bytes read:
+    ``progress``, a folder of :class:`~corpora.build_progress.Tally` files)."""
 
-    def __init__(self, spec: CorpusSpec, settings: BuildSettings):
+    def __init__(self, spec: CorpusSpec, settings: BuildSettings, progress: str | None = None):
         self._spec = spec
         self._settings = settings
+        self._progress = progress
+        self._tally: Tally | None = None
+        self._bytes_done = 0  # of the files read to their end
+
+    def setup(self) -> None:
+        if self._progress is not None:
+            self._tally = Tally(self._progress, f"read-{os.getpid()}-{id(self)}")
+
+    def _count(self, units: int, stream=None) -> None:
+        """Count ``units`` read; now and then, with the input bytes read so far
+        (``stream``: the file being read; ``None``: none, write now)."""
+        tally = self._tally
+        if tally is None:
+            return
+        tally.add(records_read=units)
+        if stream is None or tally.due():
+            position = 0
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                position = stream.tell() if stream is not None else 0
+            tally.set(bytes_read=self._bytes_done + position)
+            tally.write()
 
     def process(self, readable_file) -> Iterator:
         path = readable_file.metadata.path
@@ -147,15 +173,19 @@ class ReadSource(beam.DoFn):
             for result in self._spec.read(stream, path, self._settings):
                 if isinstance(result, Drop):
                     units += result.count
+                    self._count(result.count, stream)
                     yield _route(result, "read")
                     continue
                 units += 1
+                self._count(1, stream)
                 if split is not None:
                     result = result.with_meta(**{fetch.STORE_SPLIT: split})
                 batch.append(result)
                 if len(batch) == size:
                     yield from _route_batch(batch, "read")
                     batch, size = [], min(2 * size, MAX_BATCH)
+        self._bytes_done += getattr(readable_file.metadata, "size_in_bytes", 0) or 0
+        self._count(0)
         yield from _route_batch(batch, "read")
         Metrics.counter(NAMESPACE, "input").inc(units)
         yield beam.pvalue.TaggedOutput(INPUT, units)
@@ -180,9 +210,13 @@ class FetchImages(beam.DoFn):
         spec: CorpusSpec,
         settings: fetch.FetchSettings,
         store: StoreSettings | None = None,
+        progress: str | None = None,
     ):
         self._spec = spec
         self._settings = settings
+        # a local build's progress folder: the build prints one line, this worker none
+        self._progress_folder = progress
+        self._tally: Tally | None = None
         self._store = store if store is not None and store.used else None
         self._through: StoreFetch | None = None
         self._splits: set[str] = set()
@@ -193,7 +227,11 @@ class FetchImages(beam.DoFn):
 
     def setup(self) -> None:
         self._fetcher = fetch.Fetcher(self._settings)
-        self._progress = FetchProgress(self._settings.progress_interval)
+        if self._progress_folder is None:
+            self._progress = FetchProgress(self._settings.progress_interval)
+        else:
+            self._progress = FetchProgress(0)
+            self._tally = Tally(self._progress_folder, f"fetch-{os.getpid()}-{id(self)}")
         if self._settings.retry_failures:
             self._retry = read_failure_urls(
                 self._settings.retry_failures, self._settings.retry_reasons
@@ -224,6 +262,8 @@ class FetchImages(beam.DoFn):
         ):
             self._progress.report()
             self._reported = self._progress.done
+        if self._tally is not None:
+            self._tally.write()
 
     def process(self, batch: list[Document]) -> Iterator:
         assert self._fetcher is not None and self._progress is not None
@@ -248,6 +288,10 @@ class FetchImages(beam.DoFn):
         for url, outcome, arrival in fetched:
             results[url], arrivals[url] = outcome, arrival
             self._progress.update(outcome.ok)
+            if self._tally is not None:
+                self._tally.add(images=1, images_ok=int(outcome.ok))
+                if self._tally.due():  # a batch waiting on a slow server still shows progress
+                    self._tally.write()
             if not outcome.ok:
                 yield beam.pvalue.TaggedOutput(
                     FAILURES,
@@ -282,6 +326,10 @@ class FetchImages(beam.DoFn):
                     yield beam.pvalue.TaggedOutput(SPLITS, split)
             attached.append(fetch.attach_images(doc, results, self._spec.drop_on_image_failure))
         yield from _route_batch(attached, "fetch")
+        if self._tally is not None:
+            self._tally.add(records_fetched=len(batch))
+            if self._tally.due():
+                self._tally.write()
         memory.trim()  # the batch's decoded images are freed: give their pages back
 
 

@@ -22,6 +22,7 @@ The CLI maps flags onto these; nothing else builds them.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Literal
 
 SIZES = ("tiny", "base", "large")
@@ -249,3 +250,11 @@ def smoke(config: TrainConfig) -> TrainConfig:
         log_every=5,
         checkpoint_every=min(config.checkpoint_every, 10),
     )
+
+
+# What `corpora train vila --smoke` trains when --lm and --vision are not given: a tiny
+# Llama and an open_clip ViT of random weights (trainer/data/README.md), sized for a
+# `corpora build --smoke` build (vocabulary 1,000, 16 tokens per image, seq_len 256).
+SMOKE_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+SMOKE_LM = os.path.join(SMOKE_DATA, "tiny-llama")
+SMOKE_VISION = os.path.join(SMOKE_DATA, "corpora-tiny-vit.json")

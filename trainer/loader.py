@@ -40,12 +40,14 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from corpora import reader
+from corpora.extras import missing_extra
+
 try:
     import torch
 except ImportError as exc:  # fail at import, naming the fix, not inside a worker
-    raise ImportError("trainer.loader needs torch: pip install 'corpora[clip]'") from exc
+    raise missing_extra("train", "the trainer's loader", exc) from None
 
-from corpora import reader
 from trainer.batch import CLIP_MEAN, CLIP_STD, collate, load_image
 from trainer.blend import (
     UNITS,

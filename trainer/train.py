@@ -161,6 +161,8 @@ def describe(model: nn.Module, spec, config: TrainConfig, runtime: Runtime, name
             f"checkpoints: every {config.checkpoint_every:,} steps to {config.output} "
             f"(keeping {config.keep_checkpoints})"
         )
+    else:
+        lines.append("checkpoints: none, nothing is saved (no --output)")
     return lines
 
 
@@ -246,6 +248,8 @@ def fit(
                 runtime=runtime,
             )
             say(f"resumed from {found} at step {step:,}")
+            if step >= config.steps:
+                say(f"step {step:,} is already --steps {config.steps:,}: nothing to train")
         elif config.resume:
             say(f"no checkpoint in {config.output} yet: starting at step 0")
     for line in describe(model, spec, config, runtime, name):

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from corpora.clip.settings import ClipModelError, ClipSettings, is_checkpoint_path, one_line
+from corpora.extras import missing_extra
 
 
 def require_clip() -> None:
@@ -25,10 +26,7 @@ def require_clip() -> None:
         import open_clip  # noqa: F401
         import torch  # noqa: F401
     except ImportError as exc:
-        raise ClipModelError(
-            f"CLIP scoring needs torch and open_clip ({exc.name} is missing): "
-            "pip install 'corpora[clip]'"
-        ) from None
+        raise ClipModelError(str(missing_extra("clip", "CLIP scoring", exc))) from None
 
 
 def resolve_device(requested: str) -> str:

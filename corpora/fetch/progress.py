@@ -3,7 +3,9 @@
     fetch[pid 4242]: 12,800 URLs done, 91.3% ok, 212.4 images/s
 
 Each worker process prints its own line (a DirectRunner build runs one fetch
-stage per worker), so the rates add up across lines.
+stage per worker), so the rates add up across lines; a local ``corpora
+build`` prints none of these, but one line of its own
+(:mod:`corpora.build_progress`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import os
 import sys
 import time
 from typing import Callable, TextIO
+
+from corpora.stats_table import format_count
 
 
 class FetchProgress:
@@ -46,7 +50,8 @@ class FetchProgress:
         elapsed = max(now - (self._started if self._started is not None else now), 1e-9)
         rate = self.ok / elapsed if self._started is not None and elapsed > 1e-6 else 0.0
         share = 100.0 * self.ok / self.done if self.done else 0.0
-        return f"{self.label}: {self.done:,} URLs done, {share:.1f}% ok, {rate:.1f} images/s"
+        done = format_count(self.done, "URL")
+        return f"{self.label}: {done} done, {share:.1f}% ok, {rate:.1f} images/s"
 
     def report(self, now: float | None = None) -> None:
         stream = self.stream or sys.stderr

@@ -48,6 +48,15 @@ REASONS = (
 )
 # Failures worth another attempt after a pause; every other reason is final.
 TRANSIENT = frozenset({"connection_error", "http_5xx", "http_429"})
+# Failures that this build's own settings decide, not the server's answer, and
+# what lets each through: the image store keeps none of them (another build may
+# allow the URL), and a build that keeps nothing names the likeliest fix.
+SETTINGS_REASONS = {
+    "local_file": "add --allow-local-files DIR",
+    "blocked_address": "add --allow-private-urls (or --allow-network CIDR)",
+    "too_large": "raise --max-image-bytes",
+    "too_many_redirects": "the redirect cap (5) is fixed",
+}
 _HTTP_STATUS = re.compile(r"^http_(\d{3}|\dxx)$")
 
 

@@ -82,6 +82,13 @@ def read_records(stream: BinaryIO, path: str, settings: BuildSettings) -> Iterat
     return read(stream, path, settings.corpus, settings.max_line_bytes)
 
 
+def bundled_sample(directory: str) -> str:
+    """The C4 sample bundled with the package: 300 documents written for it."""
+    from corpora.bundled_sample import c4_sample
+
+    return c4_sample(directory)
+
+
 SPECS = (
     CorpusSpec(
         name="c4",
@@ -90,5 +97,6 @@ SPECS = (
         read=read_records,
         input_patterns=("*.json.gz", "*.jsonl.gz", "*.json", "*.jsonl"),
         images=False,
+        sample=bundled_sample,
     ),
 )

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Iterator
 
 from corpora import filters, layouts
 from corpora.inputs import (
+    InputError,
     LongLine,
     basename,
     iter_lines,
@@ -247,6 +248,55 @@ def read_documents(
         )
 
 
+# Documents looked at before a build, as WIT's header and COYO's schema are.
+SNIFF_DOCUMENTS = 10
+# The other JSON-lines corpus's fields, to name it when a file of it is given as MMC4.
+C4_FIELDS = frozenset({"text", "url"})
+
+
+def check(stream: BinaryIO, path: str, max_line_bytes: int) -> None:
+    """Raise :class:`InputError` naming the file when none of its first JSON
+    documents has MMC4's ``text_list`` or ``image_info`` (and name the corpus
+    it looks like); a file whose first lines are not JSON objects, or empty
+    ones (``{}``), is left to the reader, which counts them.
+
+    >>> import io
+    >>> check(io.BytesIO(b'{"url": "u", "text_list": ["a"], "image_info": []}'), "d.jsonl", 99)
+    >>> check(io.BytesIO(b'{"text": "a", "url": "u", "timestamp": "t"}'), "c4.json", 99)
+    Traceback (most recent call last):
+    ...
+    corpora.inputs.InputError: c4.json: this file looks like C4, not MMC4: its documents have text, timestamp, url, but no text_list or image_info (build it with `corpora build c4`)
+    """  # noqa: E501
+    keys: set[str] = set()
+    seen = 0
+    for _, raw in iter_lines(stream, path, max_line_bytes):
+        obj = json_object(raw, path)
+        if isinstance(obj, Drop) or not obj:  # not JSON, or {}: the reader counts them
+            continue
+        if "text_list" in obj or "image_info" in obj:
+            return
+        keys |= set(obj)
+        seen += 1
+        if seen == SNIFF_DOCUMENTS:
+            break
+    if not seen:
+        return
+    found = ", ".join(sorted(keys)[:8])
+    if C4_FIELDS <= keys:
+        raise InputError(
+            f"{path}: this file looks like C4, not MMC4: its documents have {found}, "
+            "but no text_list or image_info (build it with `corpora build c4`)"
+        )
+    raise InputError(
+        f"{path}: not an MMC4 file: its first documents have {found}, but no text_list "
+        "or image_info"
+    )
+
+
+def check_input(stream: BinaryIO, path: str, settings: BuildSettings) -> None:
+    check(stream, path, settings.max_line_bytes)
+
+
 def metadata_filter(doc: Document, settings: BuildSettings) -> Document | Drop:
     return filters.mmc4_filter(doc, settings.corpus_options)
 
@@ -316,6 +366,7 @@ SPECS = (
         options=(REASSIGN,),
         clip=CLIP_PAIRS,
         sample=bundled_sample,
+        check_input=check_input,
     ),
     CorpusSpec(
         name="mmc4",
@@ -330,6 +381,7 @@ SPECS = (
         drop_on_image_failure=False,
         clip=CLIP_DOCUMENTS,
         sample=bundled_sample,
+        check_input=check_input,
     ),
     CorpusSpec(
         name="mmc4-reordered",
@@ -343,5 +395,6 @@ SPECS = (
         drop_on_image_failure=False,
         clip=CLIP_DOCUMENTS,
         sample=bundled_sample,
+        check_input=check_input,
     ),
 )

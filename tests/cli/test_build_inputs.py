@@ -127,7 +127,7 @@ def test_local_files_are_read_only_under_allow_local_files(tmp_path, tokenizer_p
         ],
     )
     refused = _build("mmc4-pairs", path, tmp_path / "refused", tokenizer_path)
-    assert refused.returncode == 0, refused.stderr
+    assert refused.returncode == 1, refused.stderr  # kept nothing (issue 32, finding 3)
     assert load_manifest(str(tmp_path / "refused"))["funnel"]["dropped"] == {"local_file": 3}
     allowed = _build(
         "mmc4-pairs", path, tmp_path / "allowed", tokenizer_path, "--allow-local-files", str(images)

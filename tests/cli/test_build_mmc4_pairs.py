@@ -211,7 +211,8 @@ def test_inspect_shows_images_in_place(built):
 def test_bundled_sample_builds_without_arguments(tmp_path):
     result = run_cli("build", "mmc4-pairs", "--smoke", "--workers", "1", cwd=str(tmp_path))
     assert result.returncode == 0, result.stderr
-    manifest = load_manifest(str(tmp_path / "corpora-out" / "mmc4-pairs"))
+    # a --smoke build's own folder (issue 32, finding 4)
+    manifest = load_manifest(str(tmp_path / "corpora-out" / "smoke" / "mmc4-pairs"))
     assert manifest["funnel"] == {
         "unit": "pair",
         "input": 9,

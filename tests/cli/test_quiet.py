@@ -77,8 +77,9 @@ def test_a_plain_build_prints_only_corpora_s_lines(tmp_path, noisy_env):
     printed = result.stdout.splitlines() + result.stderr.splitlines()
     assert [line for line in printed if NOISE in line or FOREIGN.search(line)] == []
     assert load_manifest(output)["funnel"]["kept"] == 8
-    # the workers' own progress still gets through
-    assert any(line.startswith("fetch[pid ") for line in result.stderr.splitlines())
+    # the build's own progress gets through; no worker prints its own (issue 32, finding 6)
+    assert any(line.startswith("  … ") for line in result.stderr.splitlines())
+    assert not any(line.startswith("fetch[pid ") for line in result.stderr.splitlines())
     assert result.stdout.startswith("Building mmc4-pairs")
 
 

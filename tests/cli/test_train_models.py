@@ -130,6 +130,10 @@ def test_resume_continues_step_for_step_and_an_output_with_checkpoints_needs_it(
             ["vila", "--stage", "1", "--smoke", "--lm", "/no/such/lm", "--vision", "ViT-B-32"],
             "corpora: LM not found: /no/such/lm",
         ),
+        (  # --smoke's tiny models are its defaults; without it a run names its own
+            ["vila", "--stage", "0", "--steps", "1"],
+            "corpora: --lm is required (or --smoke: a tiny model of random weights)",
+        ),
     ],
 )
 def test_bad_settings_exit_2_with_one_line(sample_build, flags, message):  # noqa: F811
@@ -155,3 +159,37 @@ def test_torchrun_starts_two_processes_that_train_together(sample_build, tmp_pat
     assert "x 2 processes = 4 sequences" in result.stdout
     saved = os.path.join(output, "checkpoints", "step-00000020")
     assert {"data-rank00000.pt", "data-rank00001.pt", "model.pt"} <= set(os.listdir(saved))
+
+
+# Issue 32, finding 5: --smoke overrode --steps (3 ran 20; a resume to 25 ran none,
+# silently), and a run without --output saved nothing without a word.
+def test_smoke_sets_defaults_and_never_overrides_a_flag_given(sample_build, tmp_path):  # noqa: F811
+    output = str(tmp_path / "run")
+    common = ["train", "prefixlm", "--data", sample_build, "--smoke", "--log-every", "1"]
+    short = run_cli(*common, "--steps", "3", "--output", output)
+    assert short.returncode == 0, short.stderr
+    assert list(_losses(short.stdout)) == ["1/3", "2/3", "3/3"]
+    resumed = run_cli(*common, "--steps", "5", "--resume", "--output", output)
+    assert resumed.returncode == 0, resumed.stderr
+    assert list(_losses(resumed.stdout)) == ["4/5", "5/5"]
+    done = run_cli(*common, "--steps", "5", "--resume", "--output", output)
+    assert "step 5 is already --steps 5: nothing to train" in done.stdout
+
+
+def test_a_run_without_output_says_nothing_is_saved(sample_build):  # noqa: F811
+    result = run_cli("train", "prefixlm", "--data", sample_build, "--smoke", "--steps", "1")
+    assert result.returncode == 0, result.stderr
+    assert "checkpoints: none, nothing is saved (no --output)" in result.stdout.splitlines()
+
+
+# Issue 32, finding 4: `train prefixlm --smoke` on the README's first build stopped on a
+# tokens_per_image mismatch without saying which build a --smoke run wants.
+def test_a_smoke_run_on_a_full_size_build_names_the_smoke_build(tmp_path):
+    output = str(tmp_path / "mmc4-pairs")
+    built = run_cli("build", "mmc4-pairs", "--output", output, "--progress-every", "0")
+    assert built.returncode == 0, built.stderr
+    result = run_cli("train", "prefixlm", "--data", output, "--smoke")
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("corpora: tokens_per_image mismatch: the data has 576 tokens per image")
+    assert line.endswith("; --smoke's models take a --smoke build (corpora build CORPUS --smoke)")

@@ -107,10 +107,14 @@ def test_build_fetch_and_corpus_flags_land_in_their_settings(tmp_path):
     }
 
 
-def test_smoke_comes_last():
-    built = settings_from_flags("c4", inputs=("x",), seq_len=4096, image_size=512, smoke=True)
+def test_smoke_sets_defaults_and_a_flag_given_wins():
+    # issue 32, finding 5: --smoke came last and silently overrode the flags given
+    built = settings_from_flags("c4", inputs=("x",), smoke=True)
     assert (built.seq_len, built.tokens_per_image, built.samples_per_shard) == (256, 16, 8)
     assert built.fetch.image_size == 64
+    built = settings_from_flags("c4", inputs=("x",), seq_len=4096, image_size=512, smoke=True)
+    assert (built.seq_len, built.tokens_per_image, built.samples_per_shard) == (4096, 16, 8)
+    assert built.fetch.image_size == 512
 
 
 def test_max_aspect_ratio_is_checked_on_images_and_on_coyo_rows():
@@ -215,9 +219,10 @@ def test_tokenizer_is_checked(tmp_path):
 
 
 def test_no_input_builds_the_bundled_sample_where_there_is_one(tmp_path, monkeypatch):
-    monkeypatch.setattr(flags, "SAMPLE_DIRECTORY", str(tmp_path / "sample"))
+    # this user's cache, never a fixed folder under /tmp that others share (issue 32, finding 8)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     built = settings_from_flags("mmc4-reordered")
-    assert built.inputs == (str(tmp_path / "sample" / "mmc4-sample.jsonl"),)
+    assert built.inputs == (str(tmp_path / "cache" / "corpora" / "sample" / "mmc4-sample.jsonl"),)
     assert os.path.getsize(built.inputs[0]) > 0
     # its images are local files: the sample build may read them, and only them
     assert built.fetch.allow_local_files == (SAMPLE_IMAGES,)
@@ -225,7 +230,20 @@ def test_no_input_builds_the_bundled_sample_where_there_is_one(tmp_path, monkeyp
     with pytest.raises(FlagError) as refused:
         settings_from_flags("wit")
     assert str(refused.value) == (
-        "--input is required for wit (the bundled sample is for mmc4, mmc4-pairs, mmc4-reordered)"
+        "--input is required for wit (the bundled sample is for c4, mmc4, mmc4-pairs, "
+        "mmc4-reordered)"
+    )
+
+
+def test_a_smoke_build_has_a_default_folder_of_its_own(tmp_path, monkeypatch):
+    # issue 32, finding 4: `build --smoke` after the README's build was refused there
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    assert settings_from_flags("mmc4-pairs").output == str(tmp_path / "corpora-out" / "mmc4-pairs")
+    smoke = settings_from_flags("mmc4-pairs", smoke=True).output
+    assert smoke == str(tmp_path / "corpora-out" / "smoke" / "mmc4-pairs")
+    assert (
+        settings_from_flags("c4", smoke=True).inputs[0].endswith("c4-train.00000-of-00001.json.gz")
     )
 
 

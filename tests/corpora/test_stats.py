@@ -249,6 +249,7 @@ def test_funnel_and_fetch_sections_from_the_manifest():
             "kept": 5,
             "dropped": {"bad_json": 2, "http_404": 2, "not_image": 1},
         },
+        "images_removed": {"over_max_images": 1, "clip_similarity_below_min": 3},
     }
     result = stats.finalize(acc, manifest)
     assert result["funnel"] == {
@@ -260,6 +261,10 @@ def test_funnel_and_fetch_sections_from_the_manifest():
             {"reason": "bad_json", "count": 2, "share": 0.2},
             {"reason": "http_404", "count": 2, "share": 0.2},
             {"reason": "not_image", "count": 1, "share": 0.1},
+        ],
+        "images_removed": [  # from kept documents (issue 32, finding 7)
+            {"reason": "clip_similarity_below_min", "count": 3},
+            {"reason": "over_max_images", "count": 1},
         ],
     }
     fetch = result["image_fetch"]

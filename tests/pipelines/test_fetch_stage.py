@@ -161,12 +161,12 @@ def test_cli_guard_on_sends_no_request_and_shows_progress(server, tokenizer_path
         "--progress-every",
         "0.001",
     )
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # it kept nothing (issue 32, finding 3)
     assert server.requests == [] and server.opened == 0
     manifest = load_manifest(str(out))
     assert manifest["funnel"]["dropped"] == {"blocked_address": 3, "bad_scheme": 1}
     assert manifest["images"]["failed"] == {"blocked_address": 3, "bad_scheme": 1}
-    assert "URLs done" in result.stderr and "images/s" in result.stderr
+    assert "4 images fetched (0.0% ok, " in result.stderr  # the build's progress line
     assert "failures.parquet" in result.stdout
     assert pq.read_table(str(out / FAILURES)).num_rows == 4
 

@@ -11,6 +11,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.metrics import Metrics
 
+from corpora.build_progress import Tally
 from corpora.lock import LOCK_NAME, Holder
 from corpora.reader import verify_build
 from pipelines.launch import BuildOutcome, BuildProgress, counters_of
@@ -59,9 +60,46 @@ def test_progress_lines_give_the_elapsed_time_and_the_complete_shards():
         now[0] = later
         progress.tick()
     assert stream.getvalue().splitlines() == [
-        "  … 0m00s, 0 shard(s) complete",
-        "  … 1m01s, 1 shard(s) complete",
-        "  … 60m00s, 12 shard(s) complete",
+        "  … 0m00s: 0 records read, 0 shards complete",
+        "  … 1m01s: 0 records read, 1 shard complete",
+        "  … 60m00s: 0 records read, 12 shards complete",
+    ]
+
+
+# Issue 32, finding 6: a 300-document build printed "0 shard(s) complete" for
+# minutes, beside a line from every fetch worker.
+def test_progress_lines_add_up_the_workers_counts_with_a_rate_and_an_eta(tmp_path):
+    now = [0.0]
+    stream = io.StringIO()
+    folder = str(tmp_path / "tallies")
+    os.mkdir(folder)
+    progress = BuildProgress(
+        "unused",
+        every=10,
+        stream=stream,
+        count=lambda: 0,
+        clock=lambda: now[0],
+        tallies=folder,
+        input_bytes=1000,
+    )
+    reader, fetchers = Tally(folder, "read-1"), [Tally(folder, f"fetch-{i}") for i in (1, 2)]
+    now[0] = 10.0
+    reader.add(records_read=150)
+    reader.set(bytes_read=500)
+    reader.write()
+    progress.tick()  # read half the input; no image yet: no ETA
+    now[0] = 20.0
+    reader.add(records_read=150)
+    reader.set(bytes_read=1000)
+    reader.write()
+    for tally, (records, images, ok) in zip(fetchers, ((30, 60, 57), (45, 90, 84))):
+        tally.add(records_fetched=records, images=images, images_ok=ok)
+        tally.write()
+    progress.tick()  # 75 of 300 records through the fetch stage, 150 images in the 10 s since
+    assert stream.getvalue().splitlines() == [
+        "  … 0m10s: 150 records read (50% of the input), 0 shards complete",
+        "  … 0m20s: 300 records read (all of the input), 150 images fetched (94.0% ok, "
+        "15.0/s), 0 shards complete, about 1m00s left",
     ]
 
 
@@ -76,8 +114,11 @@ def test_progress_runs_while_the_build_runs_and_stops_with_it():
     with BuildProgress("unused", every=0.01, stream=stream, count=count) as progress:
         assert counted.wait(timeout=60)  # a line was written while the build ran
         assert progress.running
+        folder = progress.tallies
+        assert os.path.isdir(folder)
     assert not progress.running  # stopped with the build: no line after it
-    assert stream.getvalue().splitlines()[0].endswith(", 3 shard(s) complete")
+    assert not os.path.exists(folder)  # the workers' counts go with it
+    assert stream.getvalue().splitlines()[0].endswith(", 3 shards complete")
 
 
 def test_no_progress_when_disabled():
@@ -150,7 +191,7 @@ def test_two_builds_into_one_output_one_exits_2_naming_the_holder_the_other_comp
     assert line.startswith(f"corpora: {os.path.join(output, LOCK_NAME)} is held by another build")
     assert f"(pid {first.pid} on {socket.gethostname()}, since " in line
     assert first.returncode == 0, err
-    assert "Wrote 1 shard(s)" in out
+    assert "Wrote 1 shard," in out
     assert verify_build(output) == []
     assert not os.path.exists(os.path.join(output, LOCK_NAME))  # given back at the end
     stats = run_cli("stats", output)

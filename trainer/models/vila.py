@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from corpora.extras import missing_extra
 from trainer.config import ConfigError, VilaConfig
 from trainer.models.attention import document_causal_mask
 from trainer.models.slots import image_features, place_images
@@ -47,9 +48,7 @@ def load_lm(path: str, attn_implementation: str = "sdpa") -> nn.Module:
         from transformers import AutoConfig, AutoModelForCausalLM
         from transformers.utils import logging as hf_logging
     except ImportError as exc:  # named here, not as a traceback from inside a run
-        raise ImportError(
-            f"VILA needs transformers: pip install 'corpora[train]' ({exc})"
-        ) from None
+        raise missing_extra("train", "VILA", exc) from None
 
     hf_logging.disable_progress_bar()  # the run prints its own lines
     if not os.path.exists(path):
@@ -77,7 +76,7 @@ def load_vision(vision: str, pretrained: str | None) -> nn.Module:
     try:
         import open_clip
     except ImportError as exc:
-        raise ImportError(f"VILA needs open_clip: pip install 'corpora[train]' ({exc})") from None
+        raise missing_extra("train", "VILA", exc) from None
 
     name = vision
     if vision.endswith(".json") or os.path.isfile(vision):
