@@ -13,7 +13,7 @@ import sys
 import click
 
 from cli.common import UsageFailure
-from trainer.config import PROJECTORS, SIZES
+from trainer.config import ATTENTIONS, PREFIXLM_ATTENTIONS, PROJECTORS, SIZES
 
 
 def parse_source(value: str) -> tuple[str, float]:
@@ -387,13 +387,22 @@ def _run(model_config, make_config, flags: dict) -> None:
     help="Pixels per side (tiny 64, base and large 224); the stem's patch count follows and "
     "must equal the build's tokens_per_image.",
 )
+@click.option(
+    "--attn-implementation",
+    type=click.Choice(PREFIXLM_ATTENTIONS),
+    default="varlen",
+    show_default=True,
+    help="Attention kept to each packed document: varlen (one SDPA call per document), "
+    "flex (FlexAttention, CUDA), or dense (the L x L mask; for XLA).",
+)
 @training_options
-def prefixlm(size, image_size, **flags):
+def prefixlm(size, image_size, attn_implementation, **flags):
     """Pretrain SimVLM's PrefixLM from scratch on builds (e.g. image-text pairs + C4, 8:1)."""
     from trainer.config import ConfigError, prefixlm_config, prefixlm_optim
 
     def model_config():
         changes = {"image_size": image_size} if image_size else {}
+        changes["attention"] = attn_implementation
         try:
             return prefixlm_config("tiny" if flags["smoke"] else size, **changes)
         except ConfigError as exc:
@@ -439,10 +448,11 @@ def prefixlm(size, image_size, **flags):
 )
 @click.option(
     "--attn-implementation",
-    type=click.Choice(["sdpa", "eager"]),
-    default="sdpa",
+    type=click.Choice(ATTENTIONS),
+    default="varlen",
     show_default=True,
-    help="The LM's attention; both take the per-document mask.",
+    help="Attention kept to each packed document: varlen (one SDPA call per document), "
+    "flex (FlexAttention, CUDA), or the dense per-document mask (sdpa, eager; for XLA).",
 )
 @click.option(
     "--activation-checkpointing",

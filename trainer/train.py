@@ -4,7 +4,8 @@
 calls :func:`fit`, which reads top to bottom:
 
 1. check the model against the data (``tokens_per_image``, vocabulary,
-   positions) and refuse in one line before any step;
+   positions) and its attention against the device, and refuse in one line
+   before any step;
 2. wrap the model for the device and the processes (``trainer.runtime``),
    build AdamW and the schedule, resume from the latest checkpoint;
 3. print the derived quantities (tokens per step, parameters trainable and
@@ -104,6 +105,19 @@ def check_model(model: nn.Module, spec) -> None:
     limit = getattr(model, "max_positions", None)
     if limit is not None and spec.seq_len > limit:
         raise ConfigError(f"seq_len {spec.seq_len} is longer than the model's {limit} positions")
+
+
+def check_attention(model: nn.Module, runtime: Runtime) -> None:
+    """FlexAttention trains on CUDA only; per-document calls change shape, which XLA refuses."""
+    attention = getattr(model, "attention", None)
+    if attention == "flex" and runtime.kind != "cuda":
+        raise ConfigError(
+            f"--attn-implementation flex trains on CUDA only (PyTorch has no FlexAttention "
+            f"backward on {runtime.kind}): use varlen"
+        )
+    if attention == "varlen" and runtime.kind == "xla":
+        dense = "sdpa" if model.objective == "vila" else "dense"
+        raise ConfigError(f"XLA wants fixed shapes: use --attn-implementation {dense} on a TPU")
 
 
 def check_batch(model: nn.Module, batch: dict[str, torch.Tensor], spec) -> None:
@@ -217,6 +231,7 @@ def fit(
 
     spec = loader.spec
     check_model(model, spec)
+    check_attention(model, runtime)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     wrapped = runtime.wrap(
         model,

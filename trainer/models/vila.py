@@ -10,9 +10,13 @@
   paper's choice) or ``mlp2x_gelu`` (LLaVA-1.5's). Its outputs replace the
   image slots of ``input_ids``, so the tower's patch count must equal the
   build's ``tokens_per_image``.
-- Attention stays inside each packed document: the LM gets a 4-D boolean
-  mask (causal, same document; ``eager`` gets it additive) and the
-  per-document ``position_ids`` for its rotary positions.
+- Attention stays inside each packed document, and the LM gets the
+  per-document ``position_ids`` for its rotary positions. ``varlen`` (the
+  default) runs each document through SDPA alone (``trainer.models.attention``),
+  ``flex`` gives the LM's FlexAttention a block mask from the segment ids
+  (CUDA); neither makes an ``L × L`` tensor. ``sdpa`` and ``eager`` give it a
+  4-D boolean mask (causal, same document; ``eager`` gets it additive): the
+  reference, and the way on XLA, which wants fixed shapes.
 - ``stage`` 0 trains the projector only; 1 the projector and the LM.
 
 The loss is the cross-entropy of ``labels`` (already the next token; -100
@@ -28,11 +32,42 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer.config import ConfigError, VilaConfig
-from trainer.models.attention import document_causal_mask
+from trainer.models.attention import (
+    document_block_mask,
+    document_causal_mask,
+    segment_runs,
+    varlen_attend,
+)
 from trainer.models.slots import image_features, place_images
 
 IGNORE_INDEX = -100
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+VARLEN = "corpora_varlen"  # the name our per-document attention is registered under
+# the trainer's attention settings, by the name transformers knows each under
+HF_ATTENTION = {"varlen": VARLEN, "flex": "flex_attention", "sdpa": "sdpa", "eager": "eager"}
+
+
+def varlen_lm_attention(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
+):
+    """transformers' attention interface over :func:`varlen_attend`: the document runs
+    come as the ``document_runs`` keyword the model passes down through its layers."""
+    out = varlen_attend(
+        query,
+        key,
+        value,
+        kwargs["document_runs"],
+        causal=True,
+        padding_sees_itself=True,
+        scale=scaling,
+    )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register_varlen() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(VARLEN, varlen_lm_attention)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -42,7 +77,8 @@ def _one_line(exc: BaseException) -> str:
 
 def load_lm(path: str, attn_implementation: str = "sdpa") -> nn.Module:
     """A causal LM from a local model directory (its weights), or random weights from a
-    ``config.json`` or a directory that holds only one."""
+    ``config.json`` or a directory that holds only one; ``attn_implementation`` is one of
+    :data:`HF_ATTENTION`'s keys."""
     try:
         from transformers import AutoConfig, AutoModelForCausalLM
         from transformers.utils import logging as hf_logging
@@ -52,6 +88,8 @@ def load_lm(path: str, attn_implementation: str = "sdpa") -> nn.Module:
         ) from None
 
     hf_logging.disable_progress_bar()  # the run prints its own lines
+    register_varlen()
+    attn_implementation = HF_ATTENTION[attn_implementation]
     if not os.path.exists(path):
         raise ConfigError(f"LM not found: {path} (a local model directory or config.json)")
     has_weights = os.path.isdir(path) and any(
@@ -183,7 +221,8 @@ class Vila(nn.Module):
         self.vocab_size = lm.config.vocab_size
         self.max_positions = getattr(lm.config, "max_position_embeddings", None)
         self.image_source = f"the vision tower {vision.name} at {vision.image_size} px"
-        self.attn_implementation = lm.config._attn_implementation
+        by_hf_name = {name: ours for ours, name in HF_ATTENTION.items()}
+        self.attention = by_hf_name[lm.config._attn_implementation]
         self.static_shapes = False  # the runtime sets it on XLA
         self.lm.requires_grad_(stage == 1)
         self.lm.config.use_cache = False
@@ -220,14 +259,24 @@ class Vila(nn.Module):
         )
         return place_images(embeds, ids, self.image_token_id, features)
 
+    def attention_inputs(self, segment_ids: torch.Tensor, dtype: torch.dtype) -> dict:
+        """What the LM's attention needs to keep each document to itself."""
+        if self.attention == "varlen":
+            return {"document_runs": segment_runs(segment_ids)}
+        if self.attention == "flex":
+            mask = document_block_mask(
+                segment_ids, segment_ids, causal=True, padding_sees_itself=True
+            )
+            return {"attention_mask": mask}
+        return {"attention_mask": lm_attention_mask(segment_ids, self.attention, dtype)}
+
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         embeds = self.embed(batch)
-        mask = lm_attention_mask(batch["segment_ids"], self.attn_implementation, embeds.dtype)
         out = self.lm(
             inputs_embeds=embeds,
-            attention_mask=mask,
             position_ids=batch["position_ids"],
             use_cache=False,
+            **self.attention_inputs(batch["segment_ids"], embeds.dtype),
         )
         return out.logits
 
