@@ -180,6 +180,43 @@ class Runtime:
 DATA_STATE = "__data_state__"
 
 
+@dataclasses.dataclass(frozen=True)
+class Allocations:
+    largest: int  # bytes of the largest single allocation
+    peak: int  # the most bytes held at once, above what was held before
+
+
+def cpu_allocations(step) -> Allocations:
+    """Every CPU allocation ``step()`` makes, from the profiler's allocation records (an
+    operator's own memory figure is net of what it frees inside, so it can hide a large
+    temporary; these cannot). Tests and benchmarks measure memory with it."""
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+
+    def walk(nodes):
+        for node in nodes:
+            yield node
+            yield from walk(node.children)
+
+    records = sorted(
+        (
+            node
+            for node in walk(prof.profiler.kineto_results.experimental_event_tree())
+            if node.tag == _EventType.Allocation
+        ),
+        key=lambda node: node.start_time_ns,
+    )
+    if not records:
+        return Allocations(0, 0)
+    sizes = [node.extra_fields.alloc_size for node in records]
+    totals = [node.extra_fields.total_allocated for node in records]
+    start = totals[0] - sizes[0]
+    return Allocations(max(max(sizes), 0), max(max(totals) - start, 0))
+
+
 class _Consumed:
     def __init__(self, loader, state: dict):
         self.loader, self.state = loader, state

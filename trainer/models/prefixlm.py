@@ -31,11 +31,11 @@ sees only its own document's prefix. The loss is on decoder text only.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from trainer.config import PrefixLMConfig
 from trainer.models.attention import Attend, document_attention
+from trainer.models.loss import chunked_cross_entropy
 from trainer.models.slots import image_features, place_images
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)  # what torchvision's ResNets are normalised with
@@ -191,6 +191,10 @@ class PrefixLM(nn.Module):
 
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """``[B, L, vocab_size]`` over the decoder positions."""
+        return self.decode(batch) @ self.token_embedding.weight.T
+
+    def decode(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The decoder's last hidden states ``[B, L, width]``."""
         memory = self.encode(batch)
         segments = batch["decoder_segment_ids"]
         x = self._embed(batch["decoder_input_ids"])
@@ -200,12 +204,15 @@ class PrefixLM(nn.Module):
         cross = document_attention(kind, segments, batch["encoder_segment_ids"], causal=False)
         for block in self.decoder:
             x = block(x, attend, memory, cross)
-        return self.decoder_norm(x) @ self.token_embedding.weight.T
+        return self.decoder_norm(x)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The loss summed over the decoder's weighted target tokens (float32)."""
-        logits = self.logits(batch).float()
-        losses = F.cross_entropy(
-            logits.flatten(0, 1), batch["decoder_target_ids"].flatten(), reduction="none"
+        """The loss summed over the decoder's weighted target tokens (float32), a chunk of
+        positions at a time (``trainer.models.loss``)."""
+        return chunked_cross_entropy(
+            self.decode(batch),
+            self.token_embedding.weight,
+            batch["decoder_target_ids"],
+            batch["decoder_loss_weights"],
+            static_shapes=self.static_shapes,
         )
-        return (losses * batch["decoder_loss_weights"].flatten()).sum()

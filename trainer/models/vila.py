@@ -20,7 +20,8 @@
 - ``stage`` 0 trains the projector only; 1 the projector and the LM.
 
 The loss is the cross-entropy of ``labels`` (already the next token; -100
-where there is none), summed.
+where there is none), summed, a chunk of positions at a time
+(``trainer.models.loss``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from __future__ import annotations
 import os
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from trainer.config import ConfigError, VilaConfig
@@ -38,9 +38,9 @@ from trainer.models.attention import (
     segment_runs,
     varlen_attend,
 )
+from trainer.models.loss import IGNORE_INDEX, chunked_cross_entropy
 from trainer.models.slots import image_features, place_images
 
-IGNORE_INDEX = -100
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 VARLEN = "corpora_varlen"  # the name our per-document attention is registered under
 # the trainer's attention settings, by the name transformers knows each under
@@ -270,23 +270,27 @@ class Vila(nn.Module):
             return {"attention_mask": mask}
         return {"attention_mask": lm_attention_mask(segment_ids, self.attention, dtype)}
 
-    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def hidden_states(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The LM's last hidden states ``[B, L, D]``, before its output projection."""
         embeds = self.embed(batch)
-        out = self.lm(
+        out = self.lm.base_model(
             inputs_embeds=embeds,
             position_ids=batch["position_ids"],
             use_cache=False,
             **self.attention_inputs(batch["segment_ids"], embeds.dtype),
         )
-        return out.logits
+        return out.last_hidden_state
+
+    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.lm.get_output_embeddings()(self.hidden_states(batch))
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        logits = self.logits(batch).float()
-        return F.cross_entropy(
-            logits.flatten(0, 1),
-            batch["labels"].flatten(),
-            ignore_index=IGNORE_INDEX,
-            reduction="sum",
+        """The summed cross-entropy of ``labels``, never the whole ``[B, L, V]`` at once."""
+        return chunked_cross_entropy(
+            self.hidden_states(batch),
+            self.lm.get_output_embeddings().weight,
+            batch["labels"],
+            static_shapes=self.static_shapes,
         )
 
 

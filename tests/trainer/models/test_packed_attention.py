@@ -11,13 +11,13 @@ import warnings
 
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from tests.trainer.contract import IMAGE, prefixlm_batch, vila_batch
 from trainer.config import prefixlm_config, vila_config
 from trainer.models.attention import document_attention, segment_runs
 from trainer.models.prefixlm import PrefixLM
 from trainer.models.vila import build_vila
+from trainer.runtime import cpu_allocations
 
 IMAGE_ID = 1000
 DOC_A = [IMAGE, 3, 4, 5, 6, 7]
@@ -147,10 +147,7 @@ LONG = 2048
 
 
 def largest_allocation(step) -> int:
-    """Bytes of the largest single CPU allocation while ``step`` runs."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    return max(event.cpu_memory_usage for event in prof.events())
+    return cpu_allocations(step).largest
 
 
 def long_vila(tmp_path, tiny_lm, tiny_vision, attention):
