@@ -264,6 +264,20 @@ def training_options(command):
             help="Under torchrun: auto is FSDP2 for VILA on CUDA, DDP otherwise.",
         ),
         click.option(
+            "--compile",
+            "compile_layers",
+            is_flag=True,
+            help="torch.compile each layer (VILA: the LM's decoder layers); needs "
+            "--attn-implementation flex or the dense one.",
+        ),
+        click.option(
+            "--peak-tflops",
+            type=float,
+            default=None,
+            help="The device's peak TFLOP/s for the MFU in the log line. Default: known "
+            "CUDA GPUs' dense bf16 rate (H100, H200, A100, L4, A10); elsewhere no MFU.",
+        ),
+        click.option(
             "--log-every",
             type=click.IntRange(1),
             default=10,
@@ -328,6 +342,8 @@ def _train_config(flags: dict, optim):
         keep_checkpoints=flags["keep_checkpoints"],
         output=flags["output"],
         resume=flags["resume"],
+        compile=flags["compile_layers"],
+        peak_tflops=flags["peak_tflops"],
     )
     return smoke(config) if flags["smoke"] else config
 

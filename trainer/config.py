@@ -220,6 +220,8 @@ class TrainConfig:
     keep_checkpoints: int = 3
     output: str | None = None
     resume: bool = False
+    compile: bool = False  # torch.compile each layer the model shards (flex or dense attention)
+    peak_tflops: float | None = None  # per device, for MFU; default: known CUDA GPUs' bf16
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "accumulate", "log_every", "checkpoint_every"):

@@ -169,6 +169,30 @@ class Runtime:
         if self.kind == "cuda" and "cuda" in state:
             torch.cuda.set_rng_state(state["cuda"], self.device)
 
+    def peak_flops(self) -> float | None:
+        """This device's peak dense bf16 FLOP/s, known for CUDA GPUs by name; else ``None``."""
+        if self.kind != "cuda" or self.precision != "bf16":
+            return None
+        name = torch.cuda.get_device_name(self.device)
+        for key, tflops in PEAK_BF16_TFLOPS.items():
+            if key in name:
+                return tflops * 1e12
+        return None
+
+    def memory(self) -> str:
+        """Peak memory for the log line: CUDA's most allocated since the last line; on the
+        CPU the process's peak resident set (it cannot be reset)."""
+        if self.kind == "cuda":
+            peak = torch.cuda.max_memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return f"mem {peak / 2**30:,.2f} GiB"
+        if self.kind == "cpu":
+            import resource
+
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+            return f"rss {peak / 2**30:,.2f} GiB"
+        return ""
+
     def close(self) -> None:
         if self.owns_group:
             import torch.distributed as dist
@@ -178,6 +202,8 @@ class Runtime:
 
 
 DATA_STATE = "__data_state__"
+# dense bf16 TFLOP/s (no sparsity) by a part of the device name, for MFU
+PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0}
 
 
 @dataclasses.dataclass(frozen=True)

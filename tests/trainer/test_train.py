@@ -9,6 +9,7 @@ import io
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -210,6 +211,37 @@ def test_a_log_line_reports_rates_from_the_injected_clock():
         "step 50/100  loss 3.0000  lr 1.00e-03  tokens/s 2,000  images/s 10.0  "
         "[###############...............] 50%"
     )
+
+
+def test_the_log_line_gives_mfu_against_the_peak_given_and_the_memory(sample_build):
+    printed = io.StringIO()
+    config = train_config(steps=2, batch_size=2, log_every=1, peak_tflops=1.0)
+    run(prefixlm_config("tiny"), config, Loaders(sample_build), stream=printed)
+    steps = [line for line in printed.getvalue().splitlines() if line.startswith("step ")]
+    assert len(steps) == 2
+    assert all(re.search(r"  mfu \d+\.\d%  rss \d+\.\d\d GiB$", line) for line in steps), steps
+
+
+def test_compile_and_attention_the_device_cannot_run_stop_before_any_step(sample_build):
+    config = train_config(steps=2, batch_size=2, compile=True)
+    with pytest.raises(ConfigError, match="--compile needs --attn-implementation flex"):
+        run(prefixlm_config("tiny"), config, Loaders(sample_build), stream=io.StringIO())
+    with pytest.raises(ConfigError, match="flex trains on CUDA only"):
+        run(
+            prefixlm_config("tiny", attention="flex"),
+            train_config(steps=2, batch_size=2),
+            Loaders(sample_build),
+            stream=io.StringIO(),
+        )
+
+
+def test_compiled_layers_take_the_steps_the_uncompiled_ones_take(sample_build):
+    losses = []
+    for compiled in (False, True):
+        config = train_config(steps=3, batch_size=2, log_every=1, compile=compiled)
+        model = prefixlm_config("tiny", attention="dense")
+        losses.append(run(model, config, Loaders(sample_build), stream=io.StringIO()).losses)
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
 
 
 def torchrun(spec: dict, out, check=True):

@@ -35,6 +35,7 @@ from torch import nn
 
 from trainer.config import PrefixLMConfig
 from trainer.models.attention import Attend, document_attention
+from trainer.models.flops import attention_flops, forward_flops, matmul_parameters
 from trainer.models.loss import chunked_cross_entropy
 from trainer.models.slots import image_features, place_images
 
@@ -129,6 +130,7 @@ class PrefixLM(nn.Module):
         self.tokens_per_image = config.tokens_per_image
         self.image_size = config.image_size
         self.attention = config.attention
+        self.stem_flops: int | None = None  # counted at the first step_flops
         self.static_shapes = False  # the runtime sets it on XLA
         self.image_source = (
             f"PrefixLM {config.size} ({config.image_size} px, {config.stem} stem stride "
@@ -163,6 +165,25 @@ class PrefixLM(nn.Module):
     @staticmethod
     def count_targets(batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return batch["decoder_loss_weights"].sum()
+
+    def step_flops(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Training FLOPs of ``batch`` (``trainer.models.flops``, factor 6): the encoder's
+        layers on every prefix token, the decoder's and the output projection on every
+        other; self-attention in each, cross-attention to the document's prefix; the
+        stem's forward and backward (3 forwards) on every image."""
+        if self.stem_flops is None:
+            size = self.config.image_size
+            self.stem_flops = 3 * forward_flops(self.stem, (1, 3, size, size))
+        encoder, decoder = batch["encoder_segment_ids"], batch["decoder_segment_ids"]
+        width, config = self.config.width, self.config
+        return (
+            6 * matmul_parameters(self.encoder) * (encoder > 0).sum()
+            + 6 * (matmul_parameters(self.decoder) + self.vocab_size * width) * (decoder > 0).sum()
+            + attention_flops(encoder, layers=config.encoder_layers, width=width, factor=6)
+            + attention_flops(decoder, layers=config.decoder_layers, width=width, factor=6)
+            + attention_flops(decoder, encoder, layers=config.decoder_layers, width=width, factor=6)
+            + self.stem_flops * batch["image_mask"].sum()
+        )
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         if self.image_token_id is not None:

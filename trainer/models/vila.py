@@ -38,6 +38,7 @@ from trainer.models.attention import (
     segment_runs,
     varlen_attend,
 )
+from trainer.models.flops import attention_flops, forward_flops, matmul_parameters
 from trainer.models.loss import IGNORE_INDEX, chunked_cross_entropy
 from trainer.models.slots import image_features, place_images
 
@@ -226,6 +227,12 @@ class Vila(nn.Module):
         self.static_shapes = False  # the runtime sets it on XLA
         self.lm.requires_grad_(stage == 1)
         self.lm.config.use_cache = False
+        self.flops_counts = (  # LM factor, LM weights, per image: projector and tower
+            6 if stage == 1 else 4,
+            matmul_parameters(lm),
+            6 * matmul_parameters(self.projector) * vision.tokens_per_image
+            + forward_flops(vision, (1, 3, vision.image_size, vision.image_size)),
+        )
 
     def train(self, mode: bool = True) -> Vila:
         super().train(mode)
@@ -240,6 +247,19 @@ class Vila(nn.Module):
     @staticmethod
     def count_targets(batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return (batch["labels"] != IGNORE_INDEX).sum()
+
+    def step_flops(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Training FLOPs of ``batch`` (``trainer.models.flops``): the LM on every real token,
+        factor 6 in stage 1 and 4 in stage 0 (no weight gradients); the projector (6) on
+        every image patch and the frozen tower's forward on every image."""
+        factor, lm, per_image = self.flops_counts
+        segments = batch["segment_ids"]
+        layers = self.lm.config.num_hidden_layers
+        return (
+            factor * lm * (segments > 0).sum()
+            + attention_flops(segments, layers=layers, width=self.width, factor=factor)
+            + per_image * batch["image_mask"].sum()
+        )
 
     def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         ids = batch["input_ids"]
