@@ -1,5 +1,5 @@
 """``corpora train …``: check a blend's batches (``data``), pretrain PrefixLM (``prefixlm``) or
-VILA (``vila``).
+VILA (``vila``), export a trained model (``export``).
 
 The commands map flags onto ``trainer`` settings and hold no logic.
 """
@@ -503,3 +503,25 @@ def vila(
         )
 
     _run(model_config, functools.partial(_train_config, flags, vila_optim(stage)), flags)
+
+
+@train.command()
+@click.argument("checkpoint", metavar="CHECKPOINT")
+@click.option("--output", required=True, help="The directory the export is written to.")
+def export(checkpoint, output):
+    """Export a trained model for evaluation or fine-tuning elsewhere.
+
+    CHECKPOINT is a checkpoint directory or a run's --output (its latest).
+    VILA: OUT/llm (a transformers model: AutoModelForCausalLM), OUT/mm_projector
+    and OUT/vision_tower under OUT/config.json, VILA's layout. PrefixLM:
+    OUT/config.json and OUT/model.safetensors. The LM and vision paths the run
+    was started with must still exist (a stage-0 checkpoint holds the projector only).
+    """
+    from trainer.config import ConfigError
+    from trainer.export import export as write
+
+    try:
+        what = write(checkpoint, output)
+    except (ConfigError, OSError, ImportError) as exc:
+        raise UsageFailure(str(exc).strip().splitlines()[0]) from None
+    click.echo(f"Exported {what} to {output}")

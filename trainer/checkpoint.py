@@ -95,6 +95,16 @@ def latest(output: str) -> str | None:
     return _join(directory(output), _read(marker).decode().strip())
 
 
+def is_checkpoint(where: str) -> bool:
+    """A checkpoint directory (not an output directory holding checkpoints)."""
+    return _exists(_join(where, "state.json"))
+
+
+def read_state(where: str) -> dict:
+    """``state.json`` of the checkpoint at ``where``: step, world size, settings."""
+    return json.loads(_read(_join(where, "state.json")))
+
+
 def trained_state(model: nn.Module, trainable: set[str]) -> dict[str, torch.Tensor]:
     """The full weights of the parameters that train, on rank 0 (empty elsewhere under
     several processes)."""

@@ -460,7 +460,17 @@ def run(
                         f"initialised {count} tensors from {model_config.init}\n"
                     )
         torch.manual_seed(config.seed + 1 + runtime.rank)  # dropout differs across ranks
-        settings = {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(config)}
+        spec = loader.spec
+        settings = {
+            "model": dataclasses.asdict(model_config),
+            "train": dataclasses.asdict(config),
+            # what rebuilds the model from its checkpoint (trainer.export)
+            "data": {
+                "vocab_size": spec.vocab_size,
+                "seq_len": spec.seq_len,
+                "image_token_id": spec.image_token_id,
+            },
+        }
         return fit(
             model, loader, config, runtime, name=name, settings=settings, stream=stream, clock=clock
         )

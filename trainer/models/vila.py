@@ -52,12 +52,14 @@ def varlen_lm_attention(
     module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
 ):
     """transformers' attention interface over :func:`varlen_attend`: the document runs
-    come as the ``document_runs`` keyword the model passes down through its layers."""
+    come as the ``document_runs`` keyword the model passes down through its layers; called
+    without them (the LM on its own), each row is one document."""
+    batch, length = query.shape[0], query.shape[2]
     out = varlen_attend(
         query,
         key,
         value,
-        kwargs["document_runs"],
+        kwargs.get("document_runs") or [[(1, 0, length)]] * batch,
         causal=True,
         padding_sees_itself=True,
         scale=scaling,
