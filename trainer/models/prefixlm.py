@@ -130,7 +130,6 @@ class PrefixLM(nn.Module):
         self.tokens_per_image = config.tokens_per_image
         self.image_size = config.image_size
         self.attention = config.attention
-        self.stem_flops: int | None = None  # counted at the first step_flops
         self.static_shapes = False  # the runtime sets it on XLA
         self.image_source = (
             f"PrefixLM {config.size} ({config.image_size} px, {config.stem} stem stride "
@@ -157,6 +156,9 @@ class PrefixLM(nn.Module):
                 nn.init.normal_(module.weight, std=0.02)
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
+        # counted here, before any wrapping shards the stem's weights
+        size = config.image_size
+        self.stem_flops = 3 * forward_flops(self.stem, (1, 3, size, size))
 
     def shard_layers(self) -> list[nn.Module]:
         """The units FSDP2 shards, when asked to (DDP is the default: the sizes fit one device)."""
@@ -171,9 +173,6 @@ class PrefixLM(nn.Module):
         layers on every prefix token, the decoder's and the output projection on every
         other; self-attention in each, cross-attention to the document's prefix; the
         stem's forward and backward (3 forwards) on every image."""
-        if self.stem_flops is None:
-            size = self.config.image_size
-            self.stem_flops = 3 * forward_flops(self.stem, (1, 3, size, size))
         encoder, decoder = batch["encoder_segment_ids"], batch["decoder_segment_ids"]
         width, config = self.config.width, self.config
         return (
