@@ -8,9 +8,13 @@ torch_xla. Every device-specific call of the loop goes through :class:`Runtime`.
 - Data parallelism: DDP; or FSDP2 (``fully_shard``), which shards each
   layer the model names (VILA: the LM's decoder layers) and the rest of
   the model as one unit, for LMs whose weights and optimizer state do not
-  fit one device. Frozen weights (VILA's vision tower) stay replicated.
+  fit one device. Frozen weights (VILA's vision tower) stay replicated. A
+  model part on the meta device is sharded there and given its weights by
+  the model afterwards (VILA's LM: each process reads its own rows).
 - Precision: bf16 autocast on CUDA and XLA, float32 on the CPU (parameters
-  and optimizer state stay float32 everywhere).
+  and optimizer state stay float32 everywhere). Under FSDP2 with bf16 the
+  mixed-precision policy gathers parameters in bf16 and reduces gradients
+  in fp32; the sharded master weights stay fp32.
 - XLA wants fixed shapes: models encode every image slot there (empty ones
   too), and the step ends with ``torch_xla.sync()``.
 
@@ -79,6 +83,24 @@ class Runtime:
         """The loader as a checkpoint should see it: positioned after the batches taken."""
         return _Consumed(loader, self.data_state) if self.data_state is not None else loader
 
+    def resolve_strategy(self, strategy: str = "auto", fsdp_preferred: bool = False) -> str:
+        """What :meth:`wrap` will do: ``none`` in one process; ``auto`` is FSDP2 on CUDA for
+        models that ask for it, else DDP."""
+        if self.world_size == 1:
+            return "none"
+        if strategy == "auto":
+            return "fsdp" if fsdp_preferred and self.kind == "cuda" else "ddp"
+        return strategy
+
+    def mixed_precision(self):
+        """FSDP2's policy: under bf16, parameters gathered in bf16 for compute, gradients
+        reduced in fp32, the sharded master weights (and AdamW's state) fp32."""
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        if self.precision != "bf16":
+            return MixedPrecisionPolicy()
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+
     def wrap(
         self,
         model: nn.Module,
@@ -87,27 +109,33 @@ class Runtime:
         fsdp_preferred: bool = False,
     ) -> nn.Module:
         """The model on the device, wrapped for data parallelism when there are several
-        processes. ``auto`` is FSDP2 on CUDA for models that ask for it, else DDP."""
+        processes (:meth:`resolve_strategy`). Parts on the meta device stay there, sharded:
+        the model gives them their weights afterwards (``materialize``)."""
         if self.kind == "xla":
             self._mark_static(model)
-        model.to(self.device)
-        if self.world_size == 1:
+        if any(p.is_meta for p in model.parameters()):
+            for part in model.children():  # the meta-device parts are given weights later
+                if not any(p.is_meta for p in part.parameters()):
+                    part.to(self.device)
+        else:
+            model.to(self.device)
+        strategy = self.resolve_strategy(strategy, fsdp_preferred)
+        if strategy == "none":
             self.strategy = "none"
             return model
-        if strategy == "auto":
-            strategy = "fsdp" if fsdp_preferred and self.kind == "cuda" else "ddp"
         if strategy == "fsdp":
             if self.kind == "xla":
                 raise ConfigError("FSDP2 runs on CUDA and the CPU; on a TPU use --strategy ddp")
             from torch.distributed.fsdp import fully_shard
 
+            policy = self.mixed_precision()
             layers = list(layers)
             in_layers = {p for layer in layers for p in layer.parameters()}
             for layer in layers:
-                fully_shard(layer)
+                fully_shard(layer, mp_policy=policy)
             # frozen weights outside the sharded layers (the vision tower) stay whole on every rank
             frozen = {p for p in model.parameters() if not p.requires_grad} - in_layers
-            fully_shard(model, ignored_params=frozen or None)
+            fully_shard(model, ignored_params=frozen or None, mp_policy=policy)
             self.strategy = "fsdp"
             return model
         from torch.nn.parallel import DistributedDataParallel

@@ -7,7 +7,9 @@ calls :func:`fit`, which reads top to bottom:
    positions) and its attention against the device, and refuse in one line
    before any step;
 2. wrap the model for the device and the processes (``trainer.runtime``),
-   build AdamW and the schedule, resume from the latest checkpoint;
+   give a meta-device LM its weights (each process its part), start from
+   ``--init``'s weights, build AdamW and the schedule, resume from the latest
+   checkpoint;
 3. print the derived quantities (tokens per step, parameters trainable and
    frozen);
 4. per step: take ``accumulate`` batches, count their target tokens across
@@ -248,8 +250,11 @@ def fit(
     settings: dict[str, Any] | None = None,
     stream: TextIO | None = None,
     clock: Callable[[], float] = time.monotonic,
+    init: str | None = None,
 ) -> Result:
-    """Train ``model`` (unwrapped, on the CPU) on ``loader``'s batches for ``config.steps``."""
+    """Train ``model`` (unwrapped, on the CPU or partly on the meta device) on ``loader``'s
+    batches for ``config.steps``; ``init`` is a checkpoint whose trained weights it starts
+    from (``--init``)."""
     stream = stream or sys.stdout
 
     def say(text: str) -> None:
@@ -270,6 +275,10 @@ def fit(
         layers=model.shard_layers(),
         fsdp_preferred=getattr(model, "fsdp_preferred", False),
     )
+    if hasattr(model, "materialize"):  # a meta-device LM, now sharded, reads its weights
+        model.materialize(runtime.device)
+    if init is not None:
+        say(f"initialised {checkpoint.init_weights(model, init)} tensors from {init}")
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = make_optimizer(model, config.optim)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule(config.optim, config.steps))
@@ -437,7 +446,9 @@ def run(
             from trainer.models.vila import build_vila
 
             objective, name = "vila", f"VILA stage {model_config.stage}"
-            model = build_vila(model_config)
+            # an LM that FSDP2 will shard is built on the meta device, each rank reading its part
+            meta = runtime.resolve_strategy(config.strategy, fsdp_preferred=True) == "fsdp"
+            model = build_vila(model_config, meta=meta)
             images = (model.image_size, model.image_mean, model.image_std)
         loader = make_loader(
             objective=objective,
@@ -453,12 +464,6 @@ def run(
             model = build_model(model_config, loader.spec)
         else:
             model.image_token_id = loader.spec.image_token_id
-            if model_config.init is not None:
-                count = checkpoint.init_weights(model, model_config.init)
-                if runtime.is_main:
-                    (stream or sys.stdout).write(
-                        f"initialised {count} tensors from {model_config.init}\n"
-                    )
         torch.manual_seed(config.seed + 1 + runtime.rank)  # dropout differs across ranks
         spec = loader.spec
         settings = {
@@ -472,7 +477,15 @@ def run(
             },
         }
         return fit(
-            model, loader, config, runtime, name=name, settings=settings, stream=stream, clock=clock
+            model,
+            loader,
+            config,
+            runtime,
+            name=name,
+            settings=settings,
+            stream=stream,
+            clock=clock,
+            init=getattr(model_config, "init", None),
         )
     finally:
         if owned:

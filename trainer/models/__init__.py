@@ -11,6 +11,7 @@ loader how to prepare images.
 - ``prefixlm.py``, ``vila.py``: the two models;
 - ``attention.py``: attention kept to each packed document (varlen, flex, dense);
 - ``loss.py``: the cross-entropy a chunk of positions at a time;
+- ``meta.py``: a large LM built on the meta device, each process reading its rows;
 - ``flops.py``: training FLOPs of a batch;
 - ``slots.py``: image features into the image slots.
 """

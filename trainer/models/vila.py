@@ -40,6 +40,7 @@ from trainer.models.attention import (
 )
 from trainer.models.flops import attention_flops, forward_flops, matmul_parameters
 from trainer.models.loss import IGNORE_INDEX, chunked_cross_entropy
+from trainer.models.meta import has_safetensors, materialize, meta_lm
 from trainer.models.slots import image_features, place_images
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -78,10 +79,12 @@ def _one_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-def load_lm(path: str, attn_implementation: str = "sdpa") -> nn.Module:
+def load_lm(path: str, attn_implementation: str = "sdpa", meta: bool = False) -> nn.Module:
     """A causal LM from a local model directory (its weights), or random weights from a
     ``config.json`` or a directory that holds only one; ``attn_implementation`` is one of
-    :data:`HF_ATTENTION`'s keys."""
+    :data:`HF_ATTENTION`'s keys. With ``meta``, a directory of safetensors weights gives the
+    LM on the meta device, its weights read later, each process its part
+    (``trainer.models.meta``)."""
     try:
         from transformers import AutoConfig, AutoModelForCausalLM
         from transformers.utils import logging as hf_logging
@@ -99,6 +102,8 @@ def load_lm(path: str, attn_implementation: str = "sdpa") -> nn.Module:
         os.path.exists(os.path.join(path, name)) for name in WEIGHT_FILES
     )
     try:
+        if meta and has_safetensors(path):
+            return meta_lm(path, attn_implementation)
         if has_weights:
             return AutoModelForCausalLM.from_pretrained(
                 path, attn_implementation=attn_implementation, dtype=torch.float32
@@ -210,10 +215,17 @@ class Vila(nn.Module):
     fsdp_preferred = True  # an LM of billions of parameters: shard it across CUDA ranks
 
     def __init__(
-        self, lm: nn.Module, vision: VisionTower, projector: str, stage: int, image_token_id
+        self,
+        lm: nn.Module,
+        vision: VisionTower,
+        projector: str,
+        stage: int,
+        image_token_id,
+        lm_weights: str | None = None,
     ):
         super().__init__()
         self.lm = lm
+        self.lm_weights = lm_weights  # where a meta-device LM's weights are read from
         self.vision = vision
         self.width = lm.config.hidden_size
         self.projector = make_projector(projector, vision.width, self.width)
@@ -240,6 +252,11 @@ class Vila(nn.Module):
         super().train(mode)
         self.vision.eval()
         return self
+
+    def materialize(self, device: torch.device) -> None:
+        """A meta-device LM, once sharded, gets its weights: each process its own rows."""
+        if self.lm_weights is not None and any(p.is_meta for p in self.lm.parameters()):
+            materialize(self.lm, self.lm_weights, device)
 
     def shard_layers(self) -> list[nn.Module]:
         """The LM's decoder layers: the units FSDP2 shards."""
@@ -316,8 +333,11 @@ class Vila(nn.Module):
         )
 
 
-def build_vila(config: VilaConfig, image_token_id: int | None = None) -> Vila:
-    lm = load_lm(config.lm, config.attn_implementation)
+def build_vila(config: VilaConfig, image_token_id: int | None = None, meta: bool = False) -> Vila:
+    """VILA as ``config`` names it; with ``meta`` (FSDP2) its LM on the meta device, to be
+    given its weights by :meth:`Vila.materialize` once sharded."""
+    lm = load_lm(config.lm, config.attn_implementation, meta=meta)
+    on_meta = any(p.is_meta for p in lm.parameters())
     name = os.path.splitext(os.path.basename(config.vision))[0]  # a config file names its arch
     tower = VisionTower(load_vision(config.vision, config.vision_pretrained), name)
     if config.activation_checkpointing:
@@ -327,4 +347,11 @@ def build_vila(config: VilaConfig, image_token_id: int | None = None) -> Vila:
             lm.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
         else:
             lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    return Vila(lm, tower, config.projector, config.stage, image_token_id)
+    return Vila(
+        lm,
+        tower,
+        config.projector,
+        config.stage,
+        image_token_id,
+        lm_weights=config.lm if on_meta else None,
+    )
