@@ -1,5 +1,5 @@
 """``corpora train …``: check a blend's batches (``data``), pretrain PrefixLM (``prefixlm``) or
-VILA (``vila``).
+VILA (``vila``), export a trained model (``export``).
 
 The commands map flags onto ``trainer`` settings and hold no logic.
 """
@@ -14,7 +14,7 @@ import click
 from click.core import ParameterSource
 
 from cli.common import UsageFailure, echo
-from trainer.config import PROJECTORS, SIZES, WEIGHT_UNITS
+from trainer.config import ATTENTIONS, PREFIXLM_ATTENTIONS, PROJECTORS, SIZES, WEIGHT_UNITS
 
 
 def parse_source(value: str) -> tuple[str, float]:
@@ -267,6 +267,20 @@ def training_options(command):
             help="Under torchrun: auto is FSDP2 for VILA on CUDA, DDP otherwise.",
         ),
         click.option(
+            "--compile",
+            "compile_layers",
+            is_flag=True,
+            help="torch.compile each layer (VILA: the LM's decoder layers); needs "
+            "--attn-implementation flex or the dense one.",
+        ),
+        click.option(
+            "--peak-tflops",
+            type=float,
+            default=None,
+            help="The device's peak TFLOP/s for the MFU in the log line. Default: known "
+            "CUDA GPUs' dense bf16 rate (H100, H200, A100, L4, A10); elsewhere no MFU.",
+        ),
+        click.option(
             "--log-every",
             type=click.IntRange(1),
             default=10,
@@ -333,6 +347,8 @@ def _train_config(flags: dict, optim):
         keep_checkpoints=flags["keep_checkpoints"],
         output=flags["output"],
         resume=flags["resume"],
+        compile=flags["compile_layers"],
+        peak_tflops=flags["peak_tflops"],
     )
     if not flags["smoke"]:
         return config
@@ -419,13 +435,22 @@ def _run(model_config, make_config, flags: dict) -> None:
     help="Pixels per side (tiny 64, base and large 224); the stem's patch count follows and "
     "must equal the build's tokens_per_image.",
 )
+@click.option(
+    "--attn-implementation",
+    type=click.Choice(PREFIXLM_ATTENTIONS),
+    default="varlen",
+    show_default=True,
+    help="Attention kept to each packed document: varlen (one SDPA call per document), "
+    "flex (FlexAttention, CUDA), or dense (the L x L mask; for XLA).",
+)
 @training_options
-def prefixlm(size, image_size, **flags):
+def prefixlm(size, image_size, attn_implementation, **flags):
     """Pretrain SimVLM's PrefixLM from scratch on builds (e.g. image-text pairs + C4, 8:1)."""
     from trainer.config import ConfigError, prefixlm_config, prefixlm_optim
 
     def model_config():
         changes = {"image_size": image_size} if image_size else {}
+        changes["attention"] = attn_implementation
         try:
             smoke_size = flags["smoke"] and not _given("size")
             return prefixlm_config("tiny" if smoke_size else size, **changes)
@@ -473,10 +498,11 @@ def prefixlm(size, image_size, **flags):
 )
 @click.option(
     "--attn-implementation",
-    type=click.Choice(["sdpa", "eager"]),
-    default="sdpa",
+    type=click.Choice(ATTENTIONS),
+    default="varlen",
     show_default=True,
-    help="The LM's attention; both take the per-document mask.",
+    help="Attention kept to each packed document: varlen (one SDPA call per document), "
+    "flex (FlexAttention, CUDA), or the dense per-document mask (sdpa, eager; for XLA).",
 )
 @click.option(
     "--activation-checkpointing",
@@ -516,3 +542,25 @@ def vila(
         )
 
     _run(model_config, functools.partial(_train_config, flags, vila_optim(stage)), flags)
+
+
+@train.command()
+@click.argument("checkpoint", metavar="CHECKPOINT")
+@click.option("--output", required=True, help="The directory the export is written to.")
+def export(checkpoint, output):
+    """Export a trained model for evaluation or fine-tuning elsewhere.
+
+    CHECKPOINT is a checkpoint directory or a run's --output (its latest).
+    VILA: OUT/llm (a transformers model: AutoModelForCausalLM), OUT/mm_projector
+    and OUT/vision_tower under OUT/config.json, VILA's layout. PrefixLM:
+    OUT/config.json and OUT/model.safetensors. The LM and vision paths the run
+    was started with must still exist (a stage-0 checkpoint holds the projector only).
+    """
+    from trainer.config import ConfigError
+    from trainer.export import export as write
+
+    try:
+        what = write(checkpoint, output)
+    except (ConfigError, OSError, ImportError) as exc:
+        raise UsageFailure(str(exc).strip().splitlines()[0]) from None
+    click.echo(f"Exported {what} to {output}")
