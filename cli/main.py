@@ -21,7 +21,7 @@ from cli.fetch import fetch
 from cli.fetch_options import fetch_options
 from cli.quiet import configure_logging
 from cli.train import train
-from corpora import catalog
+from corpora import MAX_IMAGE_SIZE, MAX_SEQ_LEN, catalog
 from corpora.clip import DEVICES, ClipSettings
 from corpora.fetch import RESIZE_MODES
 from corpora.flags import PROGRESS_EVERY
@@ -69,7 +69,9 @@ def list_corpora() -> None:
     show_default="bundled sample model",
     help="SentencePiece model file (a Llama-2 tokenizer.model works).",
 )
-@click.option("--seq-len", type=click.IntRange(8), default=DEFAULTS.seq_len, show_default=True)
+@click.option(
+    "--seq-len", type=click.IntRange(8, MAX_SEQ_LEN), default=DEFAULTS.seq_len, show_default=True
+)
 @click.option(
     "--tokens-per-image",
     type=click.IntRange(1),
@@ -87,7 +89,10 @@ def list_corpora() -> None:
     "the vocabulary).",
 )
 @click.option(
-    "--image-size", type=click.IntRange(1), default=DEFAULTS.fetch.image_size, show_default=True
+    "--image-size",
+    type=click.IntRange(1, MAX_IMAGE_SIZE),
+    default=DEFAULTS.fetch.image_size,
+    show_default=True,
 )
 @click.option(
     "--resize-mode",

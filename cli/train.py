@@ -14,6 +14,7 @@ import click
 from click.core import ParameterSource
 
 from cli.common import UsageFailure, echo
+from corpora import MAX_IMAGE_SIZE
 from trainer.config import ATTENTIONS, PREFIXLM_ATTENTIONS, PROJECTORS, SIZES, WEIGHT_UNITS
 
 
@@ -77,7 +78,7 @@ def train() -> None:
 )
 @click.option(
     "--seed",
-    type=int,
+    type=click.IntRange(0, 2**32 - 1),
     default=0,
     show_default=True,
     help="Seeds the shard order, the shuffle buffer and the PrefixLM prefix lengths.",
@@ -91,7 +92,7 @@ def train() -> None:
 )
 @click.option(
     "--image-size",
-    type=click.IntRange(1),
+    type=click.IntRange(1, MAX_IMAGE_SIZE),
     default=None,
     help="Square size the images are resized to. Default: the size the builds stored.",
 )
@@ -224,7 +225,7 @@ def training_options(command):
         ),
         click.option(
             "--seed",
-            type=int,
+            type=click.IntRange(0, 2**32 - 1),
             default=0,
             show_default=True,
             help="Data order, initial weights and dropout.",
@@ -430,7 +431,7 @@ def _run(model_config, make_config, flags: dict) -> None:
 )
 @click.option(
     "--image-size",
-    type=click.IntRange(1),
+    type=click.IntRange(1, MAX_IMAGE_SIZE),
     default=None,
     help="Pixels per side (tiny 64, base and large 224); the stem's patch count follows and "
     "must equal the build's tokens_per_image.",

@@ -12,6 +12,7 @@ import dataclasses
 import os
 from typing import Any, Mapping, Sequence
 
+from corpora import MAX_SEQ_LEN
 from corpora.clip import ClipSettings
 from corpora.fetch import FetchSettings
 from corpora.inputs import MAX_LINE_BYTES
@@ -42,8 +43,8 @@ class BuildSettings:
     store: StoreSettings = StoreSettings()  # the image store and img2dataset download, if any
 
     def __post_init__(self) -> None:
-        if self.seq_len < 8:
-            raise ValueError(f"seq_len must be at least 8, got {self.seq_len}")
+        if not 8 <= self.seq_len <= MAX_SEQ_LEN:
+            raise ValueError(f"seq_len must be in 8..{MAX_SEQ_LEN}, got {self.seq_len}")
         if self.tokens_per_image < 1:
             raise ValueError(f"tokens_per_image must be at least 1, got {self.tokens_per_image}")
         if self.tokens_per_image + 2 > self.seq_len:

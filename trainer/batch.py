@@ -46,6 +46,21 @@ CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 TEXT_ARRAYS = ("input_ids", "segment_ids", "positions")
+# The host memory one batch may take, checked before the first (a batch size
+# or image size typed a few digits too long would otherwise take the machine).
+MAX_BATCH_BYTES = 8 << 30
+
+
+def batch_bytes(batch_size: int, seq_len: int, max_images: int, size: tuple[int, int]) -> int:
+    """The host memory of one batch, at most: a dozen ``int64 [seq_len]``
+    arrays a sample (the text and the objective's features) and its images
+    in float32.
+
+    >>> batch_bytes(4, 2048, 1, (336, 336)) / 2**20
+    5.91796875
+    """
+    height, width = size
+    return batch_size * (12 * seq_len * 8 + max_images * 3 * height * width * 4)
 
 
 def load_image(data: bytes, size: tuple[int, int]) -> np.ndarray:

@@ -127,8 +127,8 @@ def _load(location: str, base: str) -> dict[str, Any]:
 def resolve_source(location: str, weight: float = 1.0) -> Source:
     """A build directory (local or a URL), its ``manifest.json``, or shard
     URLs / brace patterns inside a build (their manifest is the one beside them)."""
-    if not weight > 0:
-        raise BlendError(f"{location}: weight must be positive, got {weight}")
+    if not 0 < weight < float("inf"):
+        raise BlendError(f"{location}: weight must be a positive number, got {weight}")
     if location.endswith(".tar") or "{" in location:
         urls = reader.expand_urls(location)
         base = _dirname(urls[0])

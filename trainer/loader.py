@@ -48,7 +48,7 @@ try:
 except ImportError as exc:  # fail at import, naming the fix, not inside a worker
     raise missing_extra("train", "the trainer's loader", exc) from None
 
-from trainer.batch import CLIP_MEAN, CLIP_STD, collate, load_image
+from trainer.batch import CLIP_MEAN, CLIP_STD, MAX_BATCH_BYTES, batch_bytes, collate, load_image
 from trainer.blend import (
     UNITS,
     Blend,
@@ -59,7 +59,7 @@ from trainer.blend import (
     resolve_source,
 )
 from trainer.features import prefixlm_features, vila_features, without_target
-from trainer.stream import ShardStream, _reason, _seeded, split_shards
+from trainer.stream import DataError, ShardStream, _reason, _seeded, split_shards
 
 log = logging.getLogger("trainer.data")
 
@@ -356,6 +356,15 @@ class Loader:
         self.world_size = world_size
         self.sources = [resolve_source(location, weight) for location, weight in config.sources]
         self.spec: DataSpec = check_blend(self.sources, config.weight_unit)
+        size = config.image_size or self.spec.image_size or (224, 224)
+        need = batch_bytes(config.batch_size, self.spec.seq_len, self.spec.max_images, size)
+        if need > MAX_BATCH_BYTES:
+            raise DataError(
+                f"a batch of {config.batch_size} samples of {self.spec.seq_len} tokens and "
+                f"{self.spec.max_images} images of {size[0]}x{size[1]} takes "
+                f"{need / 2**30:.1f} GiB, more than {MAX_BATCH_BYTES >> 30} GiB: "
+                "lower the batch size or the image size"
+            )
         self.workers = max(1, config.num_workers)
         self._states: list[dict[str, Any] | None] = [None] * self.workers
         self._batches = 0

@@ -9,7 +9,7 @@ import ipaddress
 import os
 import re
 
-from corpora import __version__
+from corpora import MAX_IMAGE_SIZE, __version__
 from corpora.fetch.robots import ROBOTS_TOKEN
 
 # What every request says we are: the tool, its version, that it honours
@@ -140,6 +140,8 @@ class FetchSettings:
             raise ValueError(
                 f"unknown resize mode {self.resize_mode!r}; one of {', '.join(RESIZE_MODES)}"
             )
+        if not 1 <= self.image_size <= MAX_IMAGE_SIZE:
+            raise ValueError(f"image size must be in 1..{MAX_IMAGE_SIZE}, got {self.image_size}")
         if not 1 <= self.jpeg_quality <= 100:
             raise ValueError(f"jpeg quality must be in 1..100, got {self.jpeg_quality}")
         for name in ("concurrency", "max_attempts", "per_host_concurrency"):

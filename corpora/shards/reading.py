@@ -29,6 +29,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from corpora import MAX_IMAGE_SIZE, MAX_SEQ_LEN
 from corpora.record import open_image
 from corpora.shards.manifest import MANIFEST
 from corpora.shards.writing import ARRAYS
@@ -40,7 +41,6 @@ from corpora.shards.writing import ARRAYS
 # model's context comes near); a stored image decodes to at most
 # MAX_IMAGE_PIXELS. Anything else is refused with a ValueError before it is
 # allocated.
-MAX_SEQ_LEN = 1 << 20
 MAX_MEMBER_BYTES = 64 << 20
 MAX_IMAGE_PIXELS = 1 << 26
 
@@ -230,7 +230,6 @@ class BuildFiles:
 
 _MANIFEST_KEYS = ("image_token_id", "bos_id", "eos_id", "pad_id")
 _SHARD_KEYS = {"path": str, "samples": int, "bytes": int, "sha256": str}
-MAX_IMAGE_SIZE = 1 << 14  # pixels per side a build can ask for (settings.MAX_IMAGE_SIZE)
 
 
 def _integer(manifest: dict[str, Any], key: str, low: int, high: int) -> int:

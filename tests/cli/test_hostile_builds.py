@@ -254,3 +254,28 @@ def test_names_from_a_build_cannot_drive_the_terminal(tmp_path):
         assert "\x1b" not in result.stdout and "\x07" not in result.stdout
         expected = "b\\x1b]0;pwned\\x07" if command[0] == "train" else "doc\\x1b[2J\\x1b]0;pwned"
         assert expected in result.stdout
+
+
+@pytest.mark.parametrize(
+    "command, message",
+    [
+        (["build", "c4", "--seq-len", "2147483648"], "--seq-len"),
+        (["build", "c4", "--seq-len", str(10**12)], "--seq-len"),
+        (["build", "coyo", "--image-size", "100000"], "--image-size"),
+        (["train", "data", "--data", "BUILD", "--image-size", "100000"], "--image-size"),
+        (["train", "data", "--data", "BUILD", "--batch-size", "100000"], "lower the batch size"),
+        (["train", "data", "--data", "BUILD:inf"], "weight must be a positive number, got inf"),
+        (["train", "data", "--data", "BUILD", "--seed", "-1"], "--seed"),
+    ],
+)
+def test_sizes_past_what_the_format_allows_are_refused_before_anything_starts(
+    tmp_path, command, message
+):
+    """Defects 2, 6 and 16: a seq_len past int32, a 100,000-pixel image side or
+    a 100,000-sample batch took tens of GB (or was killed) before failing; an
+    infinite weight drew one build only; a negative seed failed in numpy."""
+    build = write_build(str(tmp_path))
+    result = run_cli(*[build if part == "BUILD" else part for part in command], timeout=120)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("corpora: ") and message in line

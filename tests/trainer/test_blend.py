@@ -59,7 +59,7 @@ def test_unreadable_sources_name_what_is_wrong(builds, tmp_path):
     (other / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(DataError, match="format 'corpora-shards/2', expected 'corpora-shards/1'"):
         resolve_source(str(other))
-    with pytest.raises(BlendError, match="weight must be positive"):
+    with pytest.raises(BlendError, match="weight must be a positive number"):
         resolve_source(builds.pairs, 0)
 
 
