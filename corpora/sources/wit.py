@@ -204,7 +204,7 @@ def column_order(header: list[str] | None, path: str) -> list[int] | None:
 
 def check(stream: BinaryIO, path: str, max_line_bytes: int = MAX_LINE_BYTES) -> None:
     """Raise :class:`InputError` naming the file unless it starts with WIT's header."""
-    _prepare_csv()
+    _prepare_csv(max_line_bytes)
     try:
         text = io.TextIOWrapper(
             decompressed(stream, path), encoding="utf-8-sig", errors="replace", newline=""
@@ -243,9 +243,10 @@ def _capped_lines(text: io.TextIOBase, limit: int, count: list[int]) -> Iterator
         yield line
 
 
-def _prepare_csv() -> None:
-    if csv.field_size_limit() < _FIELD_SIZE_LIMIT:
-        csv.field_size_limit(_FIELD_SIZE_LIMIT)
+def _prepare_csv(max_line_bytes: int) -> None:
+    """A field is capped like a line: a quote left open would otherwise
+    gather every line after it into one field, however many."""
+    csv.field_size_limit(min(max_line_bytes, _FIELD_SIZE_LIMIT))
 
 
 def read(
@@ -266,7 +267,7 @@ def read(
     the next line (the rest of a quoted field it cut reads as rows of its own,
     each dropped with its reason).
     """
-    _prepare_csv()
+    _prepare_csv(max_line_bytes)
     name = basename(path)
     try:
         text = io.TextIOWrapper(
