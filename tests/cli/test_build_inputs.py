@@ -174,3 +174,26 @@ def test_nan_for_a_number_flag_is_one_line_exit_2(tmp_path, flag, named):
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"corpora: {named} must be") and line.endswith("got nan")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "empty", "empty payload"])
+def test_inputs_that_are_not_regular_files_or_hold_nothing_are_one_line_exit_2(tmp_path, kind):
+    """Issue 30, defect 7: a FIFO hung the build, /dev/zero never ended, and a
+    0-byte or empty gzip built an empty corpus with exit 0."""
+    import os
+
+    path = str(tmp_path / "c4-train.00000-of-01024.json.gz")
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path = "/dev/zero"
+    elif kind == "empty":
+        open(path, "wb").close()
+    else:
+        with gzip.open(path, "wb"):
+            pass
+    result = run_cli("build", "c4", "--input", path, "--output", str(tmp_path / "o"), timeout=120)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    expected = "input is empty" if kind.startswith("empty") else "input is not a regular file"
+    assert line == f"corpora: {expected}: {path}"
