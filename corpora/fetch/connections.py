@@ -19,6 +19,7 @@ import base64
 import collections
 import dataclasses
 import http.client
+import select
 import socket
 import ssl
 import threading
@@ -163,16 +164,26 @@ class ConnectionPool:
         self.proxies = proxies or Proxies()
 
     def get(self, key: tuple) -> PinnedHTTPConnection | None:
-        with self._lock:
-            idle = self._idle.get(key)
-            if idle:
+        while True:
+            with self._lock:
+                idle = self._idle.get(key)
+                if not idle:
+                    return None
                 conn = idle.pop()
                 if not idle:
                     del self._idle[key]
+            if not unread(conn.sock):
                 return conn
-        return None
+            conn.close()  # bytes nobody asked for arrived while it sat idle
 
     def put(self, key: tuple, conn: PinnedHTTPConnection) -> None:
+        """Keep ``conn`` for the next request to ``key``: only where its last
+        response ended exactly where its framing said (no byte waits unread:
+        a body longer than its Content-Length would be read as the next
+        URL's response, an image smuggled into the store)."""
+        if unread(conn.sock):
+            conn.close()
+            return
         with self._lock:
             idle = self._idle[key]
             if len(idle) < self._max_idle:
@@ -186,6 +197,20 @@ class ConnectionPool:
             self._idle.clear()
         for conn in conns:
             conn.close()
+
+
+def unread(sock: socket.socket | None) -> bool:
+    """Are there bytes (or the end of the stream) waiting on ``sock``, with
+    no request in flight? A connection that has them is not reused."""
+    if sock is None:  # not connected (or closed): the next request connects afresh
+        return False
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return True
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):  # closed
+        return True
+    return bool(readable)
 
 
 def resolve(host: str, port: int) -> list[str]:

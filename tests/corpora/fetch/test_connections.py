@@ -6,7 +6,7 @@ import ssl
 from corpora.fetch import Fetcher, connections
 from corpora.fetch.connections import ConnectionPool, DnsCache, PinnedHTTPConnection, Proxies
 from tests.corpora.fetch.common import FAST, fetch_all, fetch_one
-from tests.servers import ImageServer, ProxyServer, self_signed_cert
+from tests.servers import ImageServer, ProxyServer, image_bytes, self_signed_cert
 
 
 def test_dns_answers_are_kept_for_their_ttl():
@@ -50,6 +50,44 @@ def test_a_pooled_connection_the_server_closed_is_replaced_within_the_attempt(se
     outcomes = fetch_all(urls, settings)
     assert [(outcomes[u].reason, outcomes[u].attempts) for u in urls] == [(None, 1)] * 5
     assert server.opened == 5  # each stale connection was noticed and replaced
+
+
+def test_a_body_longer_than_its_content_length_ends_the_connection(server):
+    """Issue 30, defect 13: the surplus of a response (here a whole second
+    response) stayed on the keep-alive connection and was read as the next
+    URL's response on that host: the next image silently became the
+    attacker's. The connection is closed instead, and the next URL gets its
+    own image."""
+    evil = image_bytes(24, 24, "evil")
+    smuggled = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: image/jpeg\r\n"
+        + f"Content-Length: {len(evil)}\r\n\r\n".encode()
+        + evil
+    )
+
+    def smuggle(handler) -> None:
+        body = image_bytes(16, 16, "a")
+        handler.send_response(200)
+        handler.send_header("Content-Type", "image/jpeg")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body + smuggled)  # one write: the surplus is there with the body
+        handler.wfile.flush()
+
+    server.route("/smuggle/a.jpg", smuggle)
+    settings = dataclasses.replace(FAST, per_host_concurrency=1, concurrency=1)
+    first = server.url("/smuggle/a.jpg")
+    second = server.url("/img/20x20/b.jpg")
+    with Fetcher(settings) as fetcher:
+        outcomes = dict(fetcher.fetch([first]))
+        outcomes.update(fetcher.fetch([second]))
+    assert outcomes[first].ok and outcomes[second].ok
+    assert (outcomes[second].original_width, outcomes[second].original_height) == (20, 20)
+    assert [r for r in server.requests if r != "/robots.txt"] == [
+        "/smuggle/a.jpg",
+        "/img/20x20/b.jpg",
+    ]
+    assert server.opened == 2  # the connection that carried the surplus was not reused
 
 
 def test_https_with_an_untrusted_certificate_is_a_tls_error(tmp_path):
