@@ -339,9 +339,11 @@ def _write(directory: str, name: str, text: str) -> str:
 def test_an_unreadable_shard_is_a_build_input_error(tmp_path, content, message):
     manifest = {
         "corpus": "x",
+        "seq_len": 16,
         "image_token_id": 9,
         "bos_id": 1,
         "eos_id": 2,
+        "pad_id": 0,
         "tokens_per_image": 2,
         "shards": [{"path": "x-000000.tar", "samples": 1, "bytes": 1, "sha256": "0" * 64}],
     }
