@@ -51,10 +51,36 @@ def usage_errors(*kinds: type[Exception]) -> Iterator[None]:
         raise UsageFailure(str(exc)) from None
 
 
+class Terminated(BaseException):
+    """SIGTERM (what ``timeout``, Kubernetes and Slurm send first), raised in
+    the main thread as Ctrl-C's KeyboardInterrupt is, so that the same
+    cleanup runs on its way out: the output's lock or lease released,
+    temporary files and Beam's folders removed. Not an ``Exception``: no
+    ``except Exception`` swallows it."""
+
+
+_terminated: list[bool] = []
+
+
+def on_sigterm(signum: int, frame: Any) -> None:
+    """The SIGTERM handler :func:`cli.main.main` installs."""
+    _terminated.append(True)
+    raise Terminated()
+
+
+def terminated() -> bool:
+    """Has this process been sent SIGTERM? (Beam wraps the exception a
+    handler raises inside a pipeline; this says what it was.)"""
+    return bool(_terminated)
+
+
 def pipeline_failed(exc: Exception, command: str, verbose: bool) -> NoReturn:
     """End a command whose pipeline raised ``exc``: a worker that found an
     input unreadable is one line and exit 2; any other failure is one line
-    and exit 1, with the traceback as well under ``-v``."""
+    and exit 1, with the traceback as well under ``-v``. A pipeline stopped
+    by SIGTERM is not a failure: :class:`Terminated` goes on up."""
+    if terminated():
+        raise Terminated() from None
     from pipelines.inputs import input_error_of  # Beam only once a pipeline ran
 
     unreadable = input_error_of(exc)

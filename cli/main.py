@@ -9,13 +9,24 @@ the file); 1 when the pipeline fails.
 
 from __future__ import annotations
 
+import signal
 import sys
+from typing import Any
 
 import click
 
 from cli import build as build_command
 from cli.build_help import BuildCommand
-from cli.common import CorpusName, OneLineGroup, UsageFailure, echo, usage_errors
+from cli.common import (
+    CorpusName,
+    OneLineGroup,
+    Terminated,
+    UsageFailure,
+    echo,
+    on_sigterm,
+    terminated,
+    usage_errors,
+)
 from cli.corpus_options import corpus_options, help_for
 from cli.fetch import fetch
 from cli.fetch_options import fetch_options
@@ -374,11 +385,24 @@ def report(path, output, samples, verify):
     echo(f"Wrote {written}")
 
 
-# The entry point (pyproject.toml: corpora = "cli.main:main") is the group itself, so
-# that commands defined in modules of their own join it here: main.add_command(...).
-main = cli
-main.add_command(train)
-main.add_command(fetch)
+# Commands defined in modules of their own join the group here.
+cli.add_command(train)
+cli.add_command(fetch)
+
+
+def main(*args: Any, **kwargs: Any) -> Any:
+    """The entry point (pyproject.toml: ``corpora = "cli.main:main"``): the
+    group, with SIGTERM handled as Ctrl-C is (:func:`cli.common.on_sigterm`)
+    and exit 143 (128 + 15) after its cleanup."""
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        return cli.main(*args, **kwargs)
+    except (Terminated, SystemExit):
+        if not terminated():
+            raise
+        echo("corpora: terminated (SIGTERM); cleaned up", err=True)
+        raise SystemExit(128 + signal.SIGTERM) from None
+
 
 if __name__ == "__main__":
     main(prog_name="corpora")
