@@ -25,6 +25,9 @@ them, so a rebuild asks again only after :data:`MAX_AGE`.
     ('robots_disallowed', None)
     >>> robots.crawl_delay
     2.0
+    >>> slow = RobotsAnswer("https://a.example", 200, "User-agent: *\\nCrawl-delay: 86400\\n")
+    >>> Robots.from_answer(slow).refusal("https://a.example/1.jpg")
+    'robots_disallowed'
     >>> Robots.from_answer(RobotsAnswer("https://a.example", 404)).refusal("https://a.example/x")
     >>> Robots.unavailable("http_5xx", 503).refusal("https://a.example/x")
     'robots_unavailable'
@@ -46,6 +49,10 @@ ROBOTS_TOKEN = "corpora"
 MAX_BYTES = 512 << 10
 # RFC 9309 2.4: a cached robots.txt is used for at most 24 hours.
 MAX_AGE = 24 * 3600.0
+# The longest Crawl-delay honoured (seconds between two requests); a host asking
+# for more is not fetched at all (robots_disallowed), as a Retry-After past
+# max_retry_after gives up at once: a build cannot wait a day per image.
+MAX_CRAWL_DELAY = 120.0
 # Failures of the robots.txt request that say the host itself is refused,
 # unknown or not to be trusted: its images end with that reason, as they would
 # have on their own, not robots_unavailable.
@@ -135,9 +142,17 @@ class Robots:
     @classmethod
     def from_answer(cls, answer: RobotsAnswer) -> "Robots":
         if 200 <= answer.status < 300:
-            parser = Protego.parse(answer.body)
-            delay = parser.crawl_delay(ROBOTS_TOKEN)
-            return cls(parser=parser, crawl_delay=max(0.0, float(delay or 0.0)))
+            try:
+                parser = Protego.parse(answer.body)
+                delay = float(parser.crawl_delay(ROBOTS_TOKEN) or 0.0)
+            except Exception as exc:  # a parser bug must not let a host through, nor stop a build
+                return cls(reason="robots_unavailable", detail=f"robots.txt: unparsed ({exc})")
+            if delay > MAX_CRAWL_DELAY:
+                return cls(
+                    reason="robots_disallowed",
+                    detail=f"Crawl-delay {delay:g} s, over the {MAX_CRAWL_DELAY:g} s a build waits",
+                )
+            return cls(parser=parser, crawl_delay=delay if delay > 0 else 0.0)  # nan: none
         return cls()  # RFC 9309 2.3.1.3: "unavailable" (4xx) allows everything
 
     @classmethod

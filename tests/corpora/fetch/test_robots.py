@@ -5,6 +5,8 @@ them (in memory, and through a keeper across builds for 24 hours)."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from corpora.fetch.robots import (
     MAX_AGE,
@@ -78,6 +80,16 @@ def test_no_answer_refuses_the_host(failure, status, reason):
     assert Robots.unavailable(failure, status).refusal("http://h.example/a.jpg") == reason
 
 
+@pytest.mark.parametrize("delay", ["121", "86400", "1e9"])
+def test_a_crawl_delay_past_what_a_build_waits_keeps_the_host_off(delay):
+    robots = Robots.from_answer(
+        RobotsAnswer("http://h", 200, f"User-agent: *\nCrawl-delay: {delay}")
+    )
+    assert (
+        robots.refusal("http://h/a.jpg") == "robots_disallowed" and "Crawl-delay" in robots.detail
+    )
+
+
 def test_crawl_delay_is_read_for_our_group():
     text = "User-agent: *\nCrawl-delay: 5\n\nUser-agent: corpora\nCrawl-delay: 1.5\n"
     assert Robots.from_answer(RobotsAnswer("http://h", 200, text)).crawl_delay == 1.5
@@ -125,3 +137,14 @@ def test_the_book_keeps_lasting_answers_for_24_hours_and_failures_for_itself():
     assert later.verdict("http://c.example") is None  # a 5xx is asked again
     now[0] = 1000.0 + MAX_AGE
     assert RobotsBook(clock=lambda: now[0], keeper=keeper).verdict("http://b.example") is None
+
+
+@given(st.text(max_size=400), st.text(max_size=40))
+def test_any_text_gives_a_verdict_and_never_raises(text, path):
+    robots = Robots.from_answer(RobotsAnswer("http://h.example", 200, text))
+    assert robots.refusal("http://h.example/" + path) in (
+        None,
+        "robots_disallowed",
+        "robots_unavailable",
+    )
+    assert robots.crawl_delay >= 0
