@@ -45,8 +45,7 @@ def sample_offsets(stream: BinaryIO) -> list[int]:
     with tarfile.open(fileobj=stream, mode="r|") as tar:
         while (member := tar.next()) is not None:
             tar.members.clear()  # one pass; the headers need not be kept
-            if not member.isfile():
-                continue
+            reader.check_member(member)
             directory, _, name = member.name.rpartition("/")
             key = (
                 directory,
@@ -131,7 +130,7 @@ def write_energon_meta(location: str) -> list[str]:
         try:
             with reader.open_url(url) as stream:
                 offsets = sample_offsets(stream)
-        except (OSError, tarfile.TarError) as exc:
+        except (OSError, tarfile.TarError, ValueError) as exc:
             raise DataError(f"{url}: cannot index the shard ({exc})") from None
         if len(offsets) - 1 != entry["samples"]:
             raise DataError(

@@ -78,6 +78,16 @@ def _array(data: bytes, name: str) -> np.ndarray:
     return np.load(io.BytesIO(data), allow_pickle=False)
 
 
+def check_member(member: tarfile.TarInfo) -> None:
+    """Raise ``ValueError`` for a shard member a build never writes: one that
+    is not a regular file (a link, a device, a sparse file declaring more
+    than it holds) or is larger than :data:`MAX_MEMBER_BYTES`."""
+    if not member.isfile() or member.issparse():
+        raise ValueError(f"member {member.name!r} is not a regular file")
+    if member.size > MAX_MEMBER_BYTES:
+        raise ValueError(f"member {member.name!r} declares {member.size} bytes")
+
+
 def iter_tar_samples(stream: BinaryIO) -> Iterator[dict[str, Any]]:
     """Read a shard back: one dict per sample with ``__key__``, the arrays,
     ``images`` (list of JPEG bytes in slot order) and ``json``. A member
@@ -87,10 +97,7 @@ def iter_tar_samples(stream: BinaryIO) -> Iterator[dict[str, Any]]:
     with tarfile.open(fileobj=stream, mode="r|") as tar:
         while (member := tar.next()) is not None:
             tar.members.clear()  # a stream is read once; keeping headers would grow with the shard
-            if not member.isfile() or member.issparse():
-                raise ValueError(f"member {member.name!r} is not a regular file")
-            if member.size > MAX_MEMBER_BYTES:
-                raise ValueError(f"member {member.name!r} declares {member.size} bytes")
+            check_member(member)
             key, _, extension = member.name.rpartition("/")[2].partition(".")
             data = tar.extractfile(member).read()  # type: ignore[union-attr]
             if current is None or current["__key__"] != key:
@@ -334,12 +341,14 @@ def check_shard(url: str, manifest: dict[str, Any]) -> None:
         raise BuildInputError(f"unreadable shard {url}: {exc}") from None
 
 
-def _decode_image(data: bytes):
-
-    image = open_image(data)
-    if image.width * image.height > MAX_IMAGE_PIXELS:
-        raise ValueError(f"a stored image of {image.width}x{image.height} pixels")
-    image.load()
+def _decode_image(data: bytes, url: str, key: str):
+    try:
+        image = open_image(data)
+        if image.width * image.height > MAX_IMAGE_PIXELS:
+            raise ValueError(f"a stored image of {image.width}x{image.height} pixels")
+        image.load()
+    except Exception as exc:  # Pillow raises many types for data that is no image
+        raise ValueError(f"{url}: sample {key}: an image that does not decode ({exc})") from None
     return image
 
 
@@ -361,7 +370,9 @@ def to_sample(raw: dict[str, Any], url: str, decode_images: bool = True) -> Samp
         input_ids=raw["input_ids"],
         segment_ids=raw["segment_ids"],
         positions=raw["positions"],
-        images=[_decode_image(data) for data in images] if decode_images else list(images),
+        images=[_decode_image(data, url, raw["__key__"]) for data in images]
+        if decode_images
+        else list(images),
         documents=list(documents),
     )
 

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -53,8 +54,7 @@ def _one_line(exc: Exception) -> None:
 )
 @given(field=st.sampled_from(FIELDS), value=json_values())
 def test_a_manifest_field_of_any_value_is_read_or_refused_in_one_line(tmp_path, field, value):
-    build = str(tmp_path / f"b{abs(hash((field, repr(value))))}")
-    os.mkdir(build)
+    build = tempfile.mkdtemp(dir=tmp_path)
     write_build(build)
     path = os.path.join(build, "manifest.json")
     with open(path) as handle:
@@ -78,8 +78,7 @@ def test_a_shard_with_mutated_bytes_is_read_or_refused_in_one_line(tmp_path, dat
     """Bytes flipped, cut or inserted anywhere in a shard (its tar headers,
     its .npy headers, its json, its images), with the manifest's size and
     sha256 made to match, as an attacker would."""
-    build = str(tmp_path / f"b{data.draw(st.integers(0, 10**9))}")
-    os.mkdir(build)
+    build = tempfile.mkdtemp(dir=tmp_path)
     write_build(build)
     path = os.path.join(build, SHARD)
     raw = bytearray(open(path, "rb").read())
