@@ -44,9 +44,23 @@ def _read_everything(build: str) -> None:
     stats.stats_from_shards(build)
 
 
-def _one_line(exc: Exception) -> None:
-    assert isinstance(exc, reader.BuildInputError) or type(exc) is ValueError, repr(exc)
-    assert "\n" not in str(exc)
+def _read_or_refuse_in_one_line(build: str) -> None:
+    try:
+        _read_everything(build)
+    except ValueError as exc:
+        assert isinstance(exc, reader.BuildInputError) or type(exc) is ValueError, repr(exc)
+        assert "\n" not in str(exc)
+    finally:
+        shutil.rmtree(build)
+
+
+def _edit_manifest(build: str, change) -> None:
+    path = os.path.join(build, "manifest.json")
+    with open(path) as handle:
+        manifest = json.load(handle)
+    change(manifest)
+    with open(path, "w") as handle:
+        json.dump(manifest, handle)
 
 
 @settings(
@@ -56,18 +70,8 @@ def _one_line(exc: Exception) -> None:
 def test_a_manifest_field_of_any_value_is_read_or_refused_in_one_line(tmp_path, field, value):
     build = tempfile.mkdtemp(dir=tmp_path)
     write_build(build)
-    path = os.path.join(build, "manifest.json")
-    with open(path) as handle:
-        manifest = json.load(handle)
-    manifest[field] = value
-    with open(path, "w") as handle:
-        json.dump(manifest, handle)
-    try:
-        _read_everything(build)
-    except ValueError as exc:
-        _one_line(exc)
-    finally:
-        shutil.rmtree(build)
+    _edit_manifest(build, lambda manifest: manifest.update({field: value}))
+    _read_or_refuse_in_one_line(build)
 
 
 @settings(
@@ -93,16 +97,9 @@ def test_a_shard_with_mutated_bytes_is_read_or_refused_in_one_line(tmp_path, dat
             raw[where:where] = data.draw(st.binary(min_size=1, max_size=64))
     with open(path, "wb") as handle:
         handle.write(raw)
-    manifest_path = os.path.join(build, "manifest.json")
-    with open(manifest_path) as handle:
-        manifest = json.load(handle)
-    entry = next(e for e in manifest["shards"] if e["path"] == SHARD)
-    entry.update(bytes=len(raw), sha256=hashlib.sha256(raw).hexdigest())
-    with open(manifest_path, "w") as handle:
-        json.dump(manifest, handle)
-    try:
-        _read_everything(build)
-    except ValueError as exc:
-        _one_line(exc)
-    finally:
-        shutil.rmtree(build)
+    matching = {"bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
+    _edit_manifest(
+        build,
+        lambda manifest: next(e for e in manifest["shards"] if e["path"] == SHARD).update(matching),
+    )
+    _read_or_refuse_in_one_line(build)
