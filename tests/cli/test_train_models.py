@@ -158,7 +158,10 @@ def test_torchrun_starts_two_processes_that_train_together(sample_build, tmp_pat
     assert "2 processes on cpu (ddp), precision fp32" in result.stdout
     assert "x 2 processes = 4 sequences" in result.stdout
     saved = os.path.join(output, "checkpoints", "step-00000020")
-    assert {"data-rank00000.pt", "data-rank00001.pt", "model.pt"} <= set(os.listdir(saved))
+    # two processes write a Distributed Checkpoint, each its part, nothing gathered whole
+    written = set(os.listdir(saved))
+    assert {"data-rank00000.pt", "data-rank00001.pt", "dcp", "state.json"} <= written
+    assert "model.pt" not in written
 
 
 # Issue 32, finding 5: --smoke overrode --steps (3 ran 20; a resume to 25 ran none,

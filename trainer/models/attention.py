@@ -115,7 +115,7 @@ def varlen_attend(
     """
     k_runs = q_runs if k_runs is None else k_runs
     groups = query.shape[1] // key.shape[1]
-    rows = []
+    rows, unused = [], False
     for b, (q_row, k_row) in enumerate(zip(q_runs, k_runs)):
         keys_of = {segment: (start, end) for segment, start, end in k_row if segment > 0}
         pieces = []
@@ -134,8 +134,15 @@ def varlen_attend(
                 pieces.append(value[b : b + 1, :, start:end].repeat_interleave(groups, dim=1))
             else:
                 pieces.append(torch.zeros_like(q[..., :1]).expand(*q.shape[:-1], value.shape[-1]))
+                unused = True
         rows.append(torch.cat(pieces, dim=2))
-    return torch.cat(rows, dim=0)
+    out = torch.cat(rows, dim=0)
+    if unused:
+        # queries, keys or values may have been used nowhere (a batch whose decoder documents
+        # have no prefix): keep them in the graph with zero gradients, as the dense path does,
+        # so that DDP finds every weight's gradient on every rank
+        out = out + 0.0 * (query.sum() + key.sum() + value.sum())
+    return out
 
 
 def _block_ranges(segment_ids: torch.Tensor, block: int):

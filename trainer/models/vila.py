@@ -55,8 +55,11 @@ def varlen_lm_attention(
 ):
     """transformers' attention interface over :func:`varlen_attend`: the document runs
     come as the ``document_runs`` keyword the model passes down through its layers; called
-    without them (the LM on its own), each row is one document."""
+    without them (the LM on its own), each row is one document. It keeps no cache: an
+    export names ``sdpa`` for generation."""
     batch, length = query.shape[0], query.shape[2]
+    if key.shape[2] != length:
+        raise ValueError("varlen attention has no key-value cache: generate with sdpa")
     out = varlen_attend(
         query,
         key,

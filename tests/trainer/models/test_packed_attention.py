@@ -134,6 +134,21 @@ def test_a_decoder_document_without_prefix_and_padding_get_zeros_as_the_dense_pa
         torch.testing.assert_close(outs[kind], outs["dense"], rtol=0, atol=1e-6, msg=kind)
 
 
+def test_queries_keys_and_values_used_nowhere_still_get_zero_gradients_as_the_dense_path():
+    # every decoder query is padding or has no prefix: DDP still needs a gradient for every
+    # weight on every rank, as the dense path gives one
+    decoder, encoder = torch.tensor([[1, 1, 0, 0]]), torch.tensor([[2, 2, 2, 0, 0]])
+    for kind in ("varlen", "dense"):
+        q, k, v = (torch.randn(1, 2, n, 4, requires_grad=True) for n in (4, 5, 5))
+        out = document_attention(kind, decoder, encoder, causal=False)(q, k, v)
+        assert torch.equal(out, torch.zeros_like(out))
+        out.sum().backward()
+        for tensor in (q, k, v):
+            assert tensor.grad is not None and torch.equal(tensor.grad, torch.zeros_like(tensor)), (
+                kind
+            )
+
+
 def test_segment_runs_keep_padding_and_order():
     runs = segment_runs(torch.tensor([[1, 1, 2, 0, 0], [0, 0, 0, 0, 0], [1, 2, 3, 3, 3]]))
     assert runs == [
