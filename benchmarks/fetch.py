@@ -57,9 +57,15 @@ def _photos() -> list[bytes]:
     return photos
 
 
+# What the benchmark host answers to /robots.txt: a real file to parse, which
+# allows every image (corpora asks for it once per host and worker).
+ROBOTS_TXT = b"User-agent: *\nDisallow: /private/\nAllow: /img/\n"
+
+
 def serve(port_queue, latency: float, photo_dir: str | None = None) -> None:
     """Serve ``/img/<i>.jpg`` as photo ``i`` modulo their number: the JPEGs in
-    ``photo_dir`` (sorted by name) or, without one, the 640 px sample photos."""
+    ``photo_dir`` (sorted by name) or, without one, the 640 px sample photos;
+    and ``/robots.txt`` (:data:`ROBOTS_TXT`)."""
     if photo_dir is None:
         photos = _photos()
     else:
@@ -76,10 +82,13 @@ def serve(port_queue, latency: float, photo_dir: str | None = None) -> None:
 
         def do_GET(self) -> None:
             time.sleep(latency)
-            index = int(self.path.rsplit("/", 1)[-1].split(".")[0])
-            body = photos[index % len(photos)]
+            if self.path == "/robots.txt":
+                body, kind = ROBOTS_TXT, "text/plain"
+            else:
+                index = int(self.path.rsplit("/", 1)[-1].split(".")[0])
+                body, kind = photos[index % len(photos)], "image/jpeg"
             self.send_response(200)
-            self.send_header("Content-Type", "image/jpeg")
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

@@ -11,6 +11,10 @@
    same text (one ``encode`` call per text, one thread, on both sides).
 3. Peak memory (peak RSS, VmHWM, of a fresh process) of pack + shard writing at 1x
    and 10x the input, streamed from a generator.
+4. MMC4-like documents (each image before its sentence) split by the rule that
+   keeps an image with its text, against the rule before it (a cut after an
+   image, ``_cut_points_before`` here): packing efficiency, pieces that end in
+   an image slot, images with their text in the same piece.
 
 C4-like lengths: log-normal token counts with median 260 and sigma 0.95
 (mean about 410 tokens, C4 en's average with a T5-size vocabulary), at
@@ -79,6 +83,97 @@ def bench_efficiency(count: int) -> None:
         greedy, n_greedy = efficiency(pack.pack_greedy(synthetic_docs(count), seq_len, 0))
         ours, n_ours = efficiency(pack.pack(synthetic_docs(count), seq_len, 0))
         print(f"| {seq_len} | {greedy:.2%} | {ours:.2%} | {n_greedy} / {n_ours} |")
+
+
+def _cut_points_before(spans, seq_len: int) -> list[int]:
+    """The split rule before issue 24, kept here as the baseline: a cut at a
+    span that does not fit, wherever it falls, so an image can close a piece
+    and its sentence open the next."""
+    cuts, start = [0], 0
+    for span in spans:
+        if span.end - start <= seq_len:
+            continue
+        if span.kind == "image":
+            start = span.start
+            cuts.append(start)
+            continue
+        if span.start > start and span.end - span.start <= seq_len:
+            start = span.start
+            cuts.append(start)
+            continue
+        while span.end - start > seq_len:
+            start += seq_len
+            cuts.append(start)
+    return cuts
+
+
+def mmc4_like_docs(count: int, tokens_per_image: int, seed: int = SEED):
+    """Tokenized MMC4-like documents: 1 + Poisson(3) images (mean 4.0 a
+    document, VILA's Table 2), each before a sentence; sentences of
+    log-normal length (median 25 tokens), about 120 text tokens per image."""
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        images = 1 + int(rng.poisson(3))
+        sentences = images + int(rng.poisson(images * 3))
+        with_image = set(rng.choice(sentences, images, replace=False).tolist())
+        ids, spans, chunks = [1], [Span("bos", 0, 1)], []
+        for sentence in range(sentences):
+            if sentence in with_image:
+                start = len(ids)
+                ids += [1000] * tokens_per_image
+                spans.append(Span("image", start, len(ids), len(chunks)))
+                chunks.append(None)
+            start = len(ids)
+            ids += [7] * max(1, int(rng.lognormal(np.log(25), 0.8)))
+            spans.append(Span("text", start, len(ids)))
+        spans.append(Span("eos", len(ids), len(ids) + 1))
+        ids.append(2)
+        yield f"mmc4-{i:07d}", np.array(ids, np.int32), tuple(spans)
+
+
+def bench_mmc4_splits(count: int) -> None:
+    print(f"## MMC4-like documents: {count} documents, 4.0 images each on average, seed {SEED}")
+    print(
+        "| seq_len, tokens/image | rule | packing efficiency | sequences | split documents "
+        "| pieces ending in an image slot | images with their text in the piece |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for seq_len, tokens_per_image in ((2048, 576), (2048, 64), (128, 16)):
+        for rule in ("before (cut after an image)", "issue 24 (image with its text)"):
+            refs, ending, with_text, images, split = [], 0, 0, 0, 0
+            for key, ids, spans in mmc4_like_docs(count, tokens_per_image):
+                if rule.startswith("before") and ids.shape[0] > seq_len:
+                    cuts = _cut_points_before(spans, seq_len) + [ids.shape[0]]
+                    n = len(cuts) - 1
+                    doc = [
+                        pack.PieceRef(key, i, n, a, b)
+                        for i, (a, b) in enumerate(zip(cuts, cuts[1:]))
+                    ]
+                else:
+                    doc = pack.plan_document(key, ids.shape[0], spans, seq_len)
+                split += len(doc) > 1
+                refs += doc
+                slots = ids == 1000
+                for ref in doc:
+                    ending += bool(slots[ref.end - 1])
+                    piece = slots[ref.start : ref.end]
+                    images += int(piece.sum()) // tokens_per_image
+                    # slots followed, in the piece, by a text token
+                    after = np.flatnonzero(~piece)
+                    for run_end in np.flatnonzero(piece[:-1] & ~piece[1:]) + 1:
+                        if ids[ref.start + run_end] not in (1, 2):
+                            run = run_end - (
+                                after[after < run_end][-1] + 1 if (after < run_end).any() else 0
+                            )
+                            with_text += run // tokens_per_image
+            used, bins = 0, 0
+            for sequence in pack.pack_plan(refs, seq_len):
+                used += sum(r.length for r in sequence)
+                bins += 1
+            print(
+                f"| {seq_len}, {tokens_per_image} | {rule} | {used / (bins * seq_len):.2%} | "
+                f"{bins} | {split} | {ending} | {with_text / images:.2%} |"
+            )
 
 
 def c4_like_texts(count: int, seed: int = SEED) -> list[str]:
@@ -224,6 +319,7 @@ def main() -> None:
         return
     scale = 5 if args.quick else 1
     bench_efficiency(50_000 // scale)
+    bench_mmc4_splits(20_000 // scale)
     bench_throughput(4_000 // scale)
     bench_memory(30_000)  # 1x already fills the packing buffer three times: steady state
 

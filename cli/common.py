@@ -4,12 +4,33 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import re
 import sys
-from typing import Iterator, NoReturn
+from typing import Any, Iterator, NoReturn
 
 import click
 
 from corpora.extras import MissingExtra
+
+# C0 and C1 control characters but newline and tab, and the Unicode controls
+# that reorder text on screen: what a hostile name, URL or text could use to
+# move the cursor, set a terminal's title or hide what is shown.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    r"""``text`` safe to print on a terminal: every control character written
+    as its escape, so what came from a build or an input shows, never acts.
+
+    >>> printable("shard\x1b]0;pwned\x07.tar")
+    'shard\\x1b]0;pwned\\x07.tar'
+    """
+    return _CONTROLS.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+
+
+def echo(text: Any = "", **options: Any) -> None:
+    """``click.echo`` of :func:`printable` text: what every command prints."""
+    click.echo(printable(str(text)), **options)
 
 
 class UsageFailure(click.ClickException):
@@ -18,7 +39,7 @@ class UsageFailure(click.ClickException):
     exit_code = 2
 
     def show(self, file=None) -> None:
-        click.echo(f"corpora: {self.format_message()}", err=True)
+        echo(f"corpora: {self.format_message()}", err=True)
 
 
 @contextlib.contextmanager
@@ -30,10 +51,36 @@ def usage_errors(*kinds: type[Exception]) -> Iterator[None]:
         raise UsageFailure(str(exc)) from None
 
 
+class Terminated(BaseException):
+    """SIGTERM (what ``timeout``, Kubernetes and Slurm send first), raised in
+    the main thread as Ctrl-C's KeyboardInterrupt is, so that the same
+    cleanup runs on its way out: the output's lock or lease released,
+    temporary files and Beam's folders removed. Not an ``Exception``: no
+    ``except Exception`` swallows it."""
+
+
+_terminated: list[bool] = []
+
+
+def on_sigterm(signum: int, frame: Any) -> None:
+    """The SIGTERM handler :func:`cli.main.main` installs."""
+    _terminated.append(True)
+    raise Terminated()
+
+
+def terminated() -> bool:
+    """Has this process been sent SIGTERM? (Beam wraps the exception a
+    handler raises inside a pipeline; this says what it was.)"""
+    return bool(_terminated)
+
+
 def pipeline_failed(exc: Exception, command: str, verbose: bool) -> NoReturn:
     """End a command whose pipeline raised ``exc``: a worker that found an
     input unreadable is one line and exit 2; any other failure is one line
-    and exit 1, with the traceback as well under ``-v``."""
+    and exit 1, with the traceback as well under ``-v``. A pipeline stopped
+    by SIGTERM is not a failure: :class:`Terminated` goes on up."""
+    if terminated():
+        raise Terminated() from None
     from pipelines.inputs import input_error_of  # Beam only once a pipeline ran
 
     unreadable = input_error_of(exc)

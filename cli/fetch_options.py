@@ -66,8 +66,8 @@ FLAGS: dict[str, dict[str, Any]] = {
     "--max-aspect-ratio": dict(
         type=click.FloatRange(1),
         default=None,
-        help="Drop images more elongated than this (aspect_ratio_above_max). Also "
-        + help_for("max_aspect_ratio"),
+        help="Drop images more elongated than this (aspect_ratio_above_max; default 64 on "
+        "every fetched image, which also bounds the resize). Also " + help_for("max_aspect_ratio"),
     ),
     "--max-pixels": dict(
         type=click.IntRange(1),
@@ -78,12 +78,28 @@ FLAGS: dict[str, dict[str, Any]] = {
     "--user-agent": dict(
         default=DEFAULTS.user_agent,
         show_default=False,
-        help="Sent with every request; name your project and a contact URL.",
+        help="Sent with every request (default: corpora, its version and that it honours "
+        "robots.txt). An agent without the corpora token gets it appended: robots.txt "
+        "groups for corpora still apply.",
+    ),
+    "--contact": dict(
+        default=None,
+        metavar="URL_OR_EMAIL",
+        help="Your contact, added to the user agent so that site owners can reach you "
+        "(recommended).",
     ),
     "--ignore-opt-out": dict(
         is_flag=True,
         default=False,
-        help="Fetch images whose X-Robots-Tag says noai/noimageai/noindex.",
+        help="Turns off the opt-outs sent with an image: X-Robots-Tag noai, noimageai, noml, "
+        "noindex, noimageindex (opted_out) and tdm-reservation: 1 (tdm_reserved). "
+        "robots.txt is still honoured.",
+    ),
+    "--tdmrep": dict(
+        is_flag=True,
+        default=False,
+        help="Also read each host's /.well-known/tdmrep.json (W3C TDMRep, once per host) and "
+        "drop the images it reserves (tdm_reserved) without requesting them.",
     ),
     "--allow-network": dict(
         multiple=True,
@@ -122,7 +138,9 @@ FLAGS: dict[str, dict[str, Any]] = {
         is_flag=True,
         default=False,
         help="Fetch again the URLs the image store records as failed with a retryable "
-        "reason (timeout, connection error, 5xx, 429); never the opt-outs.",
+        "reason (timeout, connection error, 5xx, 429, robots.txt unavailable) or one that "
+        "depends on a build's limits or on robots.txt (blocked address, too large, too many "
+        "redirects, robots.txt disallowed: checked again first); never the opt-outs.",
     ),
     "--images-from": dict(
         default=None,

@@ -9,19 +9,30 @@ the file); 1 when the pipeline fails.
 
 from __future__ import annotations
 
+import signal
 import sys
+from typing import Any
 
 import click
 
 from cli import build as build_command
 from cli.build_help import BuildCommand
-from cli.common import CorpusName, OneLineGroup, UsageFailure, usage_errors
+from cli.common import (
+    CorpusName,
+    OneLineGroup,
+    Terminated,
+    UsageFailure,
+    echo,
+    on_sigterm,
+    terminated,
+    usage_errors,
+)
 from cli.corpus_options import corpus_options, help_for
 from cli.fetch import fetch
 from cli.fetch_options import fetch_options
 from cli.quiet import configure_logging
 from cli.train import train
-from corpora import catalog
+from corpora import MAX_IMAGE_SIZE, MAX_SEQ_LEN, catalog
 from corpora.clip import DEVICES, ClipSettings
 from corpora.fetch import RESIZE_MODES
 from corpora.flags import PROGRESS_EVERY
@@ -69,7 +80,9 @@ def list_corpora() -> None:
     show_default="bundled sample model",
     help="SentencePiece model file (a Llama-2 tokenizer.model works).",
 )
-@click.option("--seq-len", type=click.IntRange(8), default=DEFAULTS.seq_len, show_default=True)
+@click.option(
+    "--seq-len", type=click.IntRange(8, MAX_SEQ_LEN), default=DEFAULTS.seq_len, show_default=True
+)
 @click.option(
     "--tokens-per-image",
     type=click.IntRange(1),
@@ -87,7 +100,10 @@ def list_corpora() -> None:
     "the vocabulary).",
 )
 @click.option(
-    "--image-size", type=click.IntRange(1), default=DEFAULTS.fetch.image_size, show_default=True
+    "--image-size",
+    type=click.IntRange(1, MAX_IMAGE_SIZE),
+    default=DEFAULTS.fetch.image_size,
+    show_default=True,
 )
 @click.option(
     "--resize-mode",
@@ -263,7 +279,8 @@ def inspect(path, index, verify):
 
     with usage_errors(OSError, ValueError, IndexError):
         sample, manifest = find_sample(path, index, verify)
-    click.echo(describe_sample(sample, manifest))
+        description = describe_sample(sample, manifest)
+    echo(description)
 
 
 @cli.group()
@@ -341,7 +358,7 @@ def stats(path, as_json, verify):
 
     with usage_errors(BuildInputError):
         result = stats_from_shards(path, _progress, verify)
-    click.echo(stats_json(result) if as_json else format_table(result), nl=not as_json)
+    echo(stats_json(result) if as_json else format_table(result), nl=not as_json)
 
 
 @cli.command()
@@ -365,14 +382,27 @@ def report(path, output, samples, verify):
             written = write_report(path, output, samples, _progress, verify)
         except OSError as exc:
             raise UsageFailure(f"cannot write report: {exc}") from None
-    click.echo(f"Wrote {written}")
+    echo(f"Wrote {written}")
 
 
-# The entry point (pyproject.toml: corpora = "cli.main:main") is the group itself, so
-# that commands defined in modules of their own join it here: main.add_command(...).
-main = cli
-main.add_command(train)
-main.add_command(fetch)
+# Commands defined in modules of their own join the group here.
+cli.add_command(train)
+cli.add_command(fetch)
+
+
+def main(*args: Any, **kwargs: Any) -> Any:
+    """The entry point (pyproject.toml: ``corpora = "cli.main:main"``): the
+    group, with SIGTERM handled as Ctrl-C is (:func:`cli.common.on_sigterm`)
+    and exit 143 (128 + 15) after its cleanup."""
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        return cli.main(*args, **kwargs)
+    except (Terminated, SystemExit):
+        if not terminated():
+            raise
+        echo("corpora: terminated (SIGTERM); cleaned up", err=True)
+        raise SystemExit(128 + signal.SIGTERM) from None
+
 
 if __name__ == "__main__":
     main(prog_name="corpora")

@@ -1,5 +1,5 @@
 """``corpora train …``: check a blend's batches (``data``), pretrain PrefixLM (``prefixlm``) or
-VILA (``vila``).
+VILA (``vila``), export a trained model (``export``).
 
 The commands map flags onto ``trainer`` settings and hold no logic.
 """
@@ -13,8 +13,9 @@ import sys
 import click
 from click.core import ParameterSource
 
-from cli.common import UsageFailure
-from trainer.config import PROJECTORS, SIZES
+from cli.common import UsageFailure, echo
+from corpora import MAX_IMAGE_SIZE
+from trainer.config import ATTENTIONS, PREFIXLM_ATTENTIONS, PROJECTORS, SIZES, WEIGHT_UNITS
 
 
 def parse_source(value: str) -> tuple[str, float]:
@@ -49,10 +50,11 @@ def train() -> None:
 )
 @click.option(
     "--weight-unit",
-    type=click.Choice(["examples", "images", "tokens"]),
+    type=click.Choice(WEIGHT_UNITS),
     default="examples",
     show_default=True,
-    help="What the weights count: samples, images, or non-padding tokens.",
+    help="What the weights count: packed samples, documents (SimVLM's 8:1), images "
+    "(VILA's 1:1), or non-padding tokens.",
 )
 @click.option(
     "--batch-size", type=click.IntRange(1), default=4, show_default=True, help="Samples per batch."
@@ -76,7 +78,7 @@ def train() -> None:
 )
 @click.option(
     "--seed",
-    type=int,
+    type=click.IntRange(0, 2**32 - 1),
     default=0,
     show_default=True,
     help="Seeds the shard order, the shuffle buffer and the PrefixLM prefix lengths.",
@@ -90,7 +92,7 @@ def train() -> None:
 )
 @click.option(
     "--image-size",
-    type=click.IntRange(1),
+    type=click.IntRange(1, MAX_IMAGE_SIZE),
     default=None,
     help="Square size the images are resized to. Default: the size the builds stored.",
 )
@@ -142,13 +144,13 @@ def data(
         )
         loader = Loader(config)
         size = loader.config.image_size or loader.spec.image_size or (224, 224)
-        click.echo(describe_spec(loader.spec, loader.sources, weight_unit, size))
+        echo(describe_spec(loader.spec, loader.sources, weight_unit, size))
         names = [s.location for s in loader.sources]
         for number, (batch, picks) in enumerate(loader.preview(batches)):
-            click.echo(describe_batch(number, batch, picks, loader.spec, names))
+            echo(describe_batch(number, batch, picks, loader.spec, names))
         if mix_samples:
             counts = loader.measure_mix(mix_samples)
-            click.echo(describe_mix(counts, loader.sources, weight_unit, mix_samples))
+            echo(describe_mix(counts, loader.sources, weight_unit, mix_samples))
     except (DataError, ValueError) as exc:
         raise UsageFailure(str(exc)) from None
 
@@ -170,7 +172,7 @@ def energon_prepare(build):
     except (DataError, OSError) as exc:
         raise UsageFailure(str(exc)) from None
     indexes = sum(1 for path in written if path.endswith(".tar.idx"))
-    click.echo(
+    echo(
         f"Wrote {indexes} .tar.idx file(s) and {build.rstrip('/')}/.nv-meta/ "
         "(.info.json, split.yaml, dataset.yaml: CrudeWebdataset)"
     )
@@ -190,10 +192,11 @@ def training_options(command):
         ),
         click.option(
             "--weight-unit",
-            type=click.Choice(["examples", "images", "tokens"]),
+            type=click.Choice(WEIGHT_UNITS),
             default="examples",
             show_default=True,
-            help="What blend weights count (VILA's MMC4 + COYO: images; SimVLM's: examples).",
+            help="What blend weights count (SimVLM's pairs + C4: documents; VILA's MMC4 + "
+            "COYO: images).",
         ),
         click.option("--steps", type=click.IntRange(1), default=None, help="Optimizer steps."),
         click.option(
@@ -222,7 +225,7 @@ def training_options(command):
         ),
         click.option(
             "--seed",
-            type=int,
+            type=click.IntRange(0, 2**32 - 1),
             default=0,
             show_default=True,
             help="Data order, initial weights and dropout.",
@@ -263,6 +266,20 @@ def training_options(command):
             default="auto",
             show_default=True,
             help="Under torchrun: auto is FSDP2 for VILA on CUDA, DDP otherwise.",
+        ),
+        click.option(
+            "--compile",
+            "compile_layers",
+            is_flag=True,
+            help="torch.compile each layer (VILA: the LM's decoder layers); needs "
+            "--attn-implementation flex or the dense one.",
+        ),
+        click.option(
+            "--peak-tflops",
+            type=float,
+            default=None,
+            help="The device's peak TFLOP/s for the MFU in the log line. Default: known "
+            "CUDA GPUs' dense bf16 rate (H100, H200, A100, L4, A10); elsewhere no MFU.",
         ),
         click.option(
             "--log-every",
@@ -331,6 +348,8 @@ def _train_config(flags: dict, optim):
         keep_checkpoints=flags["keep_checkpoints"],
         output=flags["output"],
         resume=flags["resume"],
+        compile=flags["compile_layers"],
+        peak_tflops=flags["peak_tflops"],
     )
     if not flags["smoke"]:
         return config
@@ -412,18 +431,27 @@ def _run(model_config, make_config, flags: dict) -> None:
 )
 @click.option(
     "--image-size",
-    type=click.IntRange(1),
+    type=click.IntRange(1, MAX_IMAGE_SIZE),
     default=None,
     help="Pixels per side (tiny 64, base and large 224); the stem's patch count follows and "
     "must equal the build's tokens_per_image.",
 )
+@click.option(
+    "--attn-implementation",
+    type=click.Choice(PREFIXLM_ATTENTIONS),
+    default="varlen",
+    show_default=True,
+    help="Attention kept to each packed document: varlen (one SDPA call per document), "
+    "flex (FlexAttention, CUDA), or dense (the L x L mask; for XLA).",
+)
 @training_options
-def prefixlm(size, image_size, **flags):
+def prefixlm(size, image_size, attn_implementation, **flags):
     """Pretrain SimVLM's PrefixLM from scratch on builds (e.g. image-text pairs + C4, 8:1)."""
     from trainer.config import ConfigError, prefixlm_config, prefixlm_optim
 
     def model_config():
         changes = {"image_size": image_size} if image_size else {}
+        changes["attention"] = attn_implementation
         try:
             smoke_size = flags["smoke"] and not _given("size")
             return prefixlm_config("tiny" if smoke_size else size, **changes)
@@ -471,10 +499,11 @@ def prefixlm(size, image_size, **flags):
 )
 @click.option(
     "--attn-implementation",
-    type=click.Choice(["sdpa", "eager"]),
-    default="sdpa",
+    type=click.Choice(ATTENTIONS),
+    default="varlen",
     show_default=True,
-    help="The LM's attention; both take the per-document mask.",
+    help="Attention kept to each packed document: varlen (one SDPA call per document), "
+    "flex (FlexAttention, CUDA), or the dense per-document mask (sdpa, eager; for XLA).",
 )
 @click.option(
     "--activation-checkpointing",
@@ -514,3 +543,25 @@ def vila(
         )
 
     _run(model_config, functools.partial(_train_config, flags, vila_optim(stage)), flags)
+
+
+@train.command()
+@click.argument("checkpoint", metavar="CHECKPOINT")
+@click.option("--output", required=True, help="The directory the export is written to.")
+def export(checkpoint, output):
+    """Export a trained model for evaluation or fine-tuning elsewhere.
+
+    CHECKPOINT is a checkpoint directory or a run's --output (its latest).
+    VILA: OUT/llm (a transformers model: AutoModelForCausalLM), OUT/mm_projector
+    and OUT/vision_tower under OUT/config.json, VILA's layout. PrefixLM:
+    OUT/config.json and OUT/model.safetensors. The LM and vision paths the run
+    was started with must still exist (a stage-0 checkpoint holds the projector only).
+    """
+    from trainer.config import ConfigError
+    from trainer.export import export as write
+
+    try:
+        what = write(checkpoint, output)
+    except (ConfigError, OSError, ImportError) as exc:
+        raise UsageFailure(str(exc).strip().splitlines()[0]) from None
+    click.echo(f"Exported {what} to {output}")

@@ -186,13 +186,17 @@ def refusal(
     """``None`` when a fetch may connect to ``address``, else why it may not.
 
     ``allow_private`` lets every address through (a build over an internal
-    network); ``allow_networks`` lets through the addresses inside those CIDRs,
-    matched on the address as given and on any IPv4 address it wraps. A zone
+    network); ``allow_networks`` lets through the addresses inside those CIDRs;
+    an IPv6 address that wraps IPv4 addresses passes only where every one
+    of them is inside them or not refused (a Teredo address whose server is
+    allowed still names its client). A zone
     (``fe80::1%eth0``) is ignored. Raises ``ValueError`` for text that is not
     an IP address.
 
     >>> refusal("::ffff:10.1.2.3", allow_networks=("10.0.0.0/8",)) is None
     True
+    >>> refusal("2001:0:a00:1::80ff:fffe", allow_networks=("10.0.0.0/8",))  # Teredo
+    'loopback 127.0.0.1 inside Teredo client'
     >>> refusal("2001:db8::1"), refusal("ff02::1"), refusal("::127.0.0.1")
     ('documentation', 'multicast', 'loopback 127.0.0.1 inside IPv4-compatible')
     """
@@ -201,8 +205,14 @@ def refusal(
         return None
     networks = _networks(tuple(allow_networks))
     if networks:
-        candidates = [ip] + ([inner for _, inner in embedded_ipv4(ip)] if ip.version == 6 else [])
-        if any(candidate in network for candidate in candidates for network in networks):
+        wrapped = embedded_ipv4(ip) if ip.version == 6 and int(ip) > 1 else ()
+        if not wrapped and any(ip in network for network in networks):
+            return None
+        if wrapped:  # every address it wraps must be allowed, or not refused
+            for form, inner in wrapped:
+                why = _lookup(inner, _IPV4_REFUSED)
+                if why and not any(inner in network for network in networks):
+                    return f"{why} {inner} inside {form}"
             return None
     if ip.version == 4:
         return _lookup(ip, _IPV4_REFUSED)

@@ -127,10 +127,24 @@ def iter_lines(
                 yield number, LongLine(len(chunk), max_line_bytes)
             elif line.strip():
                 yield number, line
+            else:  # a run of blank lines is read past a buffer at a time, not line by line
+                number += _skip_blank_lines(reader)
     except InputError:
         raise
     except READ_ERRORS as exc:
         raise InputError(f"{path}: {_one_line(exc)}") from None
+
+
+def _skip_blank_lines(reader: io.BufferedReader) -> int:
+    """Read past the line ends at the head of ``reader``; how many lines."""
+    lines = 0
+    while True:
+        ahead = reader.peek(1 << 16)[: 1 << 16]
+        blank = len(ahead) - len(ahead.lstrip(b"\r\n"))
+        if not blank:
+            return lines
+        lines += ahead.count(b"\n", 0, blank)
+        reader.read(blank)
 
 
 def json_object(raw: bytes | LongLine, where: str):

@@ -14,12 +14,16 @@ open; the others are emitted. Memory is bounded by the buffer and the open
 sequences however long the input, and the output depends only on the order
 of the input (a build feeds each group's documents in key order).
 
-A document longer than ``seq_len`` is split into pieces at chunk boundaries;
-a text chunk is cut mid-text only when it does not fit in the room left in the
-piece being filled even after starting a new piece, and an image's slot run is
-never cut. The first piece keeps the document's BOS, the last its EOS;
-pieces in between have neither. Each piece is its own segment with positions
-from 0.
+A document longer than ``seq_len`` is split into pieces at chunk boundaries,
+and never between an image and the text after it: the BOS and each run of
+images travel with the text that follows them, so an image that does not
+fit with its text opens the next piece; a text chunk is cut mid-text only
+when it does not fit in a piece of its own, and an image's slot run is
+never cut. No piece of a split document is shorter than
+:func:`min_piece_tokens` (a shorter one is merged, its cut moved, or it is
+dropped and counted). The first piece keeps the document's BOS, the last
+its EOS; pieces in between have neither. Each piece is its own segment with
+positions from 0. ``docs/shard-format.md`` states the rules in full.
 
 The split and placement are planned on lightweight :class:`PieceRef` metadata
 (document key, piece bounds), so an engine can plan a group of documents
@@ -58,10 +62,30 @@ class PieceRef:
     count: int
     start: int
     end: int
+    # on the first piece: the pieces and tokens of the document dropped as too
+    # short to stand alone (:data:`SHORT_PIECE`), counted in its json entry
+    dropped_pieces: int = 0
+    dropped_tokens: int = 0
 
     @property
     def length(self) -> int:
         return self.end - self.start
+
+    @property
+    def whole(self) -> bool:
+        """The whole document, unsplit."""
+        return self.count == 1 and not self.dropped_pieces
+
+    def bounds(self) -> tuple[int, ...]:
+        """Everything but the key, as a plain tuple: ``PieceRef(key, *bounds)``
+        makes it again (the drop counts only where there are any)."""
+        if self.dropped_pieces:
+            return self.index, self.count, self.start, self.end, *self.dropped
+        return self.index, self.count, self.start, self.end
+
+    @property
+    def dropped(self) -> tuple[int, int]:
+        return self.dropped_pieces, self.dropped_tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,48 +140,236 @@ def doc_key(doc: TokenizedDocument) -> str:
     return f"{doc.id}#{digest.hexdigest()}"
 
 
-def _cut_points(spans: Sequence[Span], seq_len: int) -> list[int]:
-    """Token offsets where a document longer than ``seq_len`` is cut."""
+# A piece of a split document holds at least this many tokens (fewer where
+# seq_len is tiny: an eighth of it, and never fewer than 2). A shorter piece is
+# merged into a neighbour's room, or its cut moved, or it is dropped and
+# counted as ``short_piece``: a lone EOS or a few words teach nothing.
+MIN_PIECE_TOKENS = 8
+SHORT_PIECE = "short_piece"  # the reason a piece of a split document is dropped
+
+
+def min_piece_tokens(seq_len: int) -> int:
+    """The fewest tokens a piece of a split document holds at ``seq_len``.
+
+    >>> [min_piece_tokens(n) for n in (8, 32, 128, 2048)]
+    [2, 4, 8, 8]
+    """
+    return min(MIN_PIECE_TOKENS, max(2, seq_len // 8))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Unit:
+    """Tokens ``[start, end)`` that a split keeps together where it can: a head
+    ``[start, text)`` that is never cut after its first token (the BOS and
+    the run of images before a text) and the text ``[text, end)`` it
+    introduces, which may be cut once one of its tokens is in the head's piece.
+    The head's images are ``image_starts`` (the only places a head too long
+    for one piece is cut)."""
+
+    start: int
+    text: int
+    end: int
+    image_starts: tuple[int, ...]
+    has_text: bool  # a text follows the head (not only the EOS)
+
+
+def _units(spans: Sequence[Span], length: int) -> list[_Unit]:
+    """A document's spans as :class:`_Unit` s: the BOS and each run of images
+    join the text that follows them; the EOS joins the unit before it."""
+    units: list[_Unit] = []
+    head: int | None = None  # start of a head waiting for its text
+    images: list[int] = []
+    for span in spans:
+        if span.kind in ("bos", "image"):
+            head = span.start if head is None else head
+            if span.kind == "image":
+                images.append(span.start)
+        elif span.kind == "eos" and head is None and units:
+            units[-1] = dataclasses.replace(units[-1], end=span.end)
+        else:  # text, or an EOS that is all that follows a head
+            start = span.start if head is None else head
+            units.append(_Unit(start, span.start, span.end, tuple(images), span.kind == "text"))
+            head, images = None, []
+    if head is not None:  # images at the very end, no text after them
+        units.append(_Unit(head, length, length, tuple(images), False))
+    return units
+
+
+def _head_cuts(unit: _Unit, start: int, seq_len: int) -> list[int]:
+    """Cuts inside a head too long for one piece with a token of its text:
+    between its images, so that the last piece holds the most images that
+    fit with one text token (the images before them go in pieces of their
+    own: nothing can keep them with their text). Where only an EOS follows
+    the images, a cut that leaves the BOS alone is the last resort."""
+    room = seq_len - (1 if unit.end > unit.text else 0)
+    starts = [s for s in unit.image_starts if s > start]
+    if not starts:
+        return []
+    fitting = [s for s in starts if unit.text - s <= room]
+    if not unit.has_text and start == unit.start and start not in unit.image_starts:
+        fitting = [s for s in fitting if s > start + 1] or fitting
+    last = fitting[0] if fitting else starts[-1]
+    cuts = []
+    for here, after in zip(starts, starts[1:] + [unit.text]):
+        if here == last or after - start > seq_len:
+            cuts.append(here)
+            start = here
+        if here == last:
+            break
+    return cuts
+
+
+def _cut_points(spans: Sequence[Span], length: int, seq_len: int) -> list[int]:
+    """Token offsets where a document longer than ``seq_len`` is cut, before
+    short pieces are mended (:func:`_mend_short`)."""
+    for span in spans:
+        if span.kind == "image" and span.end - span.start > seq_len:
+            raise PackingError(
+                f"an image takes {span.end - span.start} tokens, more than seq_len={seq_len}"
+            )
+    shortest = min_piece_tokens(seq_len)
     cuts = [0]
     start = 0  # start of the piece being filled
-    for span in spans:
-        if span.end - start <= seq_len:
+    for unit in _units(spans, length):
+        if unit.end - start <= seq_len:
             continue
-        if span.kind == "image":
-            if span.end - span.start > seq_len:
-                raise PackingError(
-                    f"an image takes {span.end - span.start} tokens, more than seq_len={seq_len}"
-                )
-            start = span.start
-            cuts.append(start)
-            continue
-        # text (or bos/eos): begin a new piece at the span if the span fits there,
-        # otherwise fill the current piece and cut the text where the room runs out.
-        if span.start > start and span.end - span.start <= seq_len:
-            start = span.start
-            cuts.append(start)
-            continue
-        while span.end - start > seq_len:
+        head_fits = unit.text - start + (1 if unit.end > unit.text else 0) <= seq_len
+        if unit.start > start and (
+            unit.end - unit.start <= seq_len or unit.image_starts or not head_fits
+        ):
+            # the unit opens the next piece: where it fits there whole, where
+            # its images would otherwise end this one with little of their
+            # text, and where its head and a token of its text do not fit
+            # here; not after a piece too short to stand alone, where they fit
+            if unit.start - start >= shortest or not head_fits:
+                start = unit.start
+                cuts.append(start)
+        if unit.text - start + (1 if unit.end > unit.text else 0) > seq_len:
+            for cut in _head_cuts(unit, start, seq_len):
+                start = cut
+                cuts.append(cut)
+        while unit.end - start > seq_len:  # fill the piece; the text is cut where room runs out
             start += seq_len
             cuts.append(start)
     return cuts
 
 
+def _mend_short(
+    cuts: list[int], spans: Sequence[Span], length: int, seq_len: int
+) -> tuple[list[list[int]], int, int]:
+    """The pieces ``[start, end]`` between ``cuts``, none shorter than
+    :func:`min_piece_tokens`: a short piece is merged into the piece before
+    it (or after it) where their tokens fit in ``seq_len``, else the cut
+    between them moves to a place that keeps both long enough and no image
+    from its text, else the piece is dropped. Returns the pieces, and the
+    pieces and tokens dropped."""
+    shortest = min_piece_tokens(seq_len)
+    pieces = [[a, b] for a, b in zip(cuts, cuts[1:] + [length])]
+    if all(b - a >= shortest for a, b in pieces):
+        return pieces, 0, 0
+    forbidden = _forbidden_cuts(spans)
+    dropped = dropped_tokens = 0
+    i = 0
+    while i < len(pieces):
+        start, end = pieces[i]
+        if end - start >= shortest:
+            i += 1
+            continue
+        before = pieces[i - 1] if i and pieces[i - 1][1] == start else None
+        after = pieces[i + 1] if i + 1 < len(pieces) and pieces[i + 1][0] == end else None
+        if before is not None and end - before[0] <= seq_len:
+            before[1] = end
+            del pieces[i]
+        elif after is not None and after[1] - start <= seq_len:
+            after[0] = start
+            del pieces[i]
+        elif before is not None and (
+            cut := next(
+                (
+                    p
+                    for p in range(end - shortest, max(before[0] + shortest, end - seq_len) - 1, -1)
+                    if not forbidden(p)
+                ),
+                None,
+            )
+        ):
+            before[1] = pieces[i][0] = cut
+        elif after is not None and (
+            cut := next(
+                (
+                    p
+                    for p in range(start + shortest, min(after[1] - shortest, start + seq_len) + 1)
+                    if not forbidden(p)
+                ),
+                None,
+            )
+        ):
+            after[0] = pieces[i][1] = cut
+        else:
+            del pieces[i]
+            dropped += 1
+            dropped_tokens += end - start
+    return pieces, dropped, dropped_tokens
+
+
+def _forbidden_cuts(spans: Sequence[Span]):
+    """Whether a cut at a token offset would leave the BOS alone, fall inside
+    a run of images, or part a run from the text that follows it."""
+    runs: list[tuple[int, int, bool]] = []  # (start, end, text follows)
+    for index, span in enumerate(spans):
+        if span.kind != "image":
+            continue
+        follows = index + 1 < len(spans) and spans[index + 1].kind == "text"
+        if runs and runs[-1][1] == span.start:
+            runs[-1] = (runs[-1][0], span.end, follows)
+        else:
+            runs.append((span.start, span.end, follows))
+    starts = [run[0] for run in runs]
+    bos = bool(spans) and spans[0].kind == "bos"
+
+    def forbidden(cut: int) -> bool:
+        if bos and cut == 1:
+            return True
+        where = bisect.bisect_left(starts, cut) - 1
+        if where < 0:
+            return False
+        start, end, follows = runs[where]
+        return start < cut < end or (cut == end and follows)
+
+    return forbidden
+
+
 def plan_document(key: str, length: int, spans: Sequence[Span], seq_len: int) -> list[PieceRef]:
     """The pieces of a document of ``length`` tokens, each at most ``seq_len``.
+
+    An image opens the piece that holds the text after it: here the image
+    (5-9) and its text (9-11) do not fit after the first text (1-5), so the
+    cut falls before the image, never between it and its text:
 
     >>> from corpora.tokenizer import Span
     >>> spans = [Span("bos", 0, 1), Span("text", 1, 5), Span("image", 5, 9, 0), Span("text", 9, 11),
     ...          Span("eos", 11, 12)]
     >>> [(p.start, p.end) for p in plan_document("d", 12, spans, 8)]
     [(0, 5), (5, 12)]
+
+    A text longer than ``seq_len`` fills each piece; a tail shorter than
+    :func:`min_piece_tokens` (here the EOS alone, 16-17) takes tokens from
+    the piece before it:
+
+    >>> spans = [Span("bos", 0, 1), Span("text", 1, 16), Span("eos", 16, 17)]
+    >>> [(p.start, p.end) for p in plan_document("d", 17, spans, 16)]
+    [(0, 15), (15, 17)]
     """
     if length <= seq_len:
         return [PieceRef(key, 0, 1, 0, length)]
-    cuts = _cut_points(spans, seq_len) + [length]
-    count = len(cuts) - 1
+    cuts = _cut_points(spans, length, seq_len)
+    pieces, dropped, dropped_tokens = _mend_short(cuts, spans, length, seq_len)
+    count = len(pieces)
     return [
-        PieceRef(key, i, count, start, end) for i, (start, end) in enumerate(zip(cuts, cuts[1:]))
+        PieceRef(
+            key, i, count, start, end, *((dropped, dropped_tokens) if i == 0 and dropped else ())
+        )
+        for i, (start, end) in enumerate(pieces)
     ]
 
 
@@ -169,7 +381,7 @@ def plan_pieces(doc: TokenizedDocument, seq_len: int) -> DocumentPlan:
 
 def cut_piece(doc: TokenizedDocument, ref: PieceRef) -> Piece:
     """Materialise ``ref`` from ``doc``: its ids, its images and its ``json`` entry."""
-    if ref.count == 1:  # the whole document: no slicing, no filtering
+    if ref.whole:  # no slicing, no filtering
         entry = {
             **doc.provenance,
             "tokens": ref.length,
@@ -181,15 +393,20 @@ def cut_piece(doc: TokenizedDocument, ref: PieceRef) -> Piece:
         return Piece(doc.input_ids, doc.images, entry)
     in_piece = [s for s in doc.spans if s.kind == "image" and ref.start <= s.start < ref.end]
     entry = dict(doc.provenance)
-    if ref.count > 1:
-        entry["images"] = [entry["images"][s.image_index] for s in in_piece]
+    entry["images"] = [entry["images"][s.image_index] for s in in_piece]
     entry.update(
         tokens=ref.length,
         image_tokens=sum(s.end - s.start for s in in_piece),
-        split=ref.count > 1,
+        split=True,
         piece=ref.index,
         pieces=ref.count,
     )
+    if ref.dropped_pieces:
+        entry["dropped"] = {
+            "reason": SHORT_PIECE,
+            "pieces": ref.dropped_pieces,
+            "tokens": ref.dropped_tokens,
+        }
     return Piece(
         doc.input_ids[ref.start : ref.end],
         tuple(doc.images[s.image_index] for s in in_piece),

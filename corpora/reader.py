@@ -14,10 +14,13 @@ The code is :mod:`corpora.shards.reading`; these are its public names.
 """
 
 from corpora.shards.reading import (
+    MAX_IMAGE_PIXELS,
     BuildFiles,
     BuildInputError,
     Sample,
     ShardMismatch,
+    check_manifest,
+    check_member,
     check_shard,
     expand_urls,
     hf_features,
@@ -29,6 +32,7 @@ from corpora.shards.reading import (
     segment_parts,
     shard_url,
     shard_urls,
+    strict_json,
     text_decoder,
     to_sample,
     verify_build,
@@ -36,10 +40,13 @@ from corpora.shards.reading import (
 )
 
 __all__ = [
+    "MAX_IMAGE_PIXELS",
     "BuildFiles",
     "BuildInputError",
     "Sample",
     "ShardMismatch",
+    "check_manifest",
+    "check_member",
     "check_shard",
     "expand_urls",
     "hf_features",
@@ -51,6 +58,7 @@ __all__ = [
     "segment_parts",
     "shard_url",
     "shard_urls",
+    "strict_json",
     "text_decoder",
     "to_sample",
     "verify_build",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 from typing import Any, Mapping, Union
 
 
@@ -112,3 +113,25 @@ def stable_hash(text: str) -> int:
     group assignment.
     """
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
+
+
+# The image formats a build decodes (docs/fetch.md); Pillow's other decoders
+# (EPS, which runs Ghostscript, among a few dozen) are never reached: an image
+# in another format is not_image.
+IMAGE_FORMATS = ("JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF", "AVIF")
+
+
+def open_image(data: bytes):
+    """Pillow's ``Image.open`` of ``data``, trying only :data:`IMAGE_FORMATS`
+    (AVIF where this Pillow has it); raises as ``Image.open`` does.
+
+    >>> open_image(b"%!PS-Adobe-3.0 EPSF-3.0\\n%%BoundingBox: 0 0 8 8\\n")
+    Traceback (most recent call last):
+    ...
+    PIL.UnidentifiedImageError: cannot identify image file <_io.BytesIO object at ...>
+    """
+    from PIL import Image
+
+    Image.init()
+    formats = [name for name in IMAGE_FORMATS if name in Image.OPEN]
+    return Image.open(io.BytesIO(data), formats=formats)

@@ -18,6 +18,8 @@ import numpy as np
 
 from corpora import reader
 from corpora import stats as corpus_stats
+from corpora.record import open_image
+from corpora.shards.writing import write_into
 from corpora.stats_table import format_number, format_share
 
 REPORT = "report.html"
@@ -156,10 +158,12 @@ def funnel_chart(funnel: Mapping[str, Any] | None) -> str:
 
 def thumbnail(data: bytes) -> str | None:
     """A JPEG ``data:`` URL of the image at most THUMBNAIL px on its longer side."""
-    from PIL import Image
 
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with open_image(data) as image:
+            if image.width * image.height > reader.MAX_IMAGE_PIXELS:  # a bomb: never decoded
+                return None
+            image.draft("RGB", (THUMBNAIL, THUMBNAIL))  # JPEG: decode at a reduced size
             image = image.convert("RGB")
             image.thumbnail((THUMBNAIL, THUMBNAIL))
             buffer = io.BytesIO()
@@ -208,6 +212,11 @@ def sample_html(
                     out.append(
                         f'<img class="thumb" alt="image {image_index}" title="image {image_index}" '
                         f'src="{url}">'
+                    )
+                elif image_index < len(images):
+                    out.append(
+                        f'<span class="special">[image {image_index} not shown: unreadable, '
+                        "or too many pixels to decode]</span>"
                     )
                 else:
                     out.append(f'<span class="special">[image {image_index}: missing]</span>')
@@ -285,6 +294,14 @@ def render_report(
             f"({format_share(packing['split_fraction'])})",
         ),
     ]
+    if packing.get("images_with_text_fraction") is not None:
+        headline.append(
+            row(
+                "images with their text in the same piece",
+                f"{format_share(packing['images_with_text_fraction'])} "
+                f"({format_number(packing['pieces_ending_in_image'])} pieces end in an image slot)",
+            )
+        )
     dists = [
         ("text tokens per document", stats["text_tokens_per_document"], 1),
         ("images per document", ipd, 2),
@@ -381,6 +398,5 @@ def write_report(
     if output is None:
         base = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
         output = os.path.join(base, REPORT)
-    with open(output, "w", encoding="utf-8") as handle:
-        handle.write(page)
+    write_into(output, page.encode("utf-8"))
     return output

@@ -12,6 +12,7 @@ import dataclasses
 import os
 from typing import Any, Mapping, Sequence
 
+from corpora import MAX_SEQ_LEN
 from corpora.clip import ClipSettings
 from corpora.fetch import FetchSettings
 from corpora.inputs import MAX_LINE_BYTES
@@ -42,8 +43,8 @@ class BuildSettings:
     store: StoreSettings = StoreSettings()  # the image store and img2dataset download, if any
 
     def __post_init__(self) -> None:
-        if self.seq_len < 8:
-            raise ValueError(f"seq_len must be at least 8, got {self.seq_len}")
+        if not 8 <= self.seq_len <= MAX_SEQ_LEN:
+            raise ValueError(f"seq_len must be in 8..{MAX_SEQ_LEN}, got {self.seq_len}")
         if self.tokens_per_image < 1:
             raise ValueError(f"tokens_per_image must be at least 1, got {self.tokens_per_image}")
         if self.tokens_per_image + 2 > self.seq_len:
@@ -85,7 +86,10 @@ class BuildSettings:
     def as_manifest(self) -> dict[str, Any]:
         settings = dataclasses.asdict(self)
         settings["inputs"] = list(self.inputs)
-        settings["fetch"] = {k: v for k, v in settings["fetch"].items() if k != "user_agent"}
+        # who asked is no part of what a build writes (the manifest's consent says it)
+        settings["fetch"] = {
+            k: v for k, v in settings["fetch"].items() if k not in ("user_agent", "contact")
+        }
         if settings["fetch"]["max_aspect_ratio"] == float("inf"):
             settings["fetch"]["max_aspect_ratio"] = None
         settings["corpus_options"] = dict(self.corpus_options)

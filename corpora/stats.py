@@ -75,6 +75,10 @@ class SegmentValues:
     images: int
     scores: tuple[tuple[str, int], ...]  # (name, value in units of 1e-4), one per image score
     image_failures: tuple[str, ...]  # reasons, on the first piece only
+    images_with_text: int = 0  # images whose next text chunk is in this piece
+    ends_in_image: bool = False  # the piece's last token is an image slot
+    dropped_pieces: int = 0  # pieces of the document dropped as too short (first piece only)
+    dropped_tokens: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +111,8 @@ def sequence_values(
     >>> v = sequence_values(input_ids, segment_ids, documents, ids)
     >>> [(p.id, p.text_tokens, p.image_tokens, p.special_tokens, p.images) for p in v.pieces]
     [('a', 2, 2, 2, 1), ('b', 1, 0, 2, 0)]
+    >>> [(p.images_with_text, p.ends_in_image) for p in v.pieces]  # a's image is followed by 5
+    [(1, False), (0, False)]
     >>> v.padding_tokens
     1
     """
@@ -117,9 +123,12 @@ def sequence_values(
             f"input_ids {input_ids.shape} and segment_ids {segment_ids.shape} are not one sequence"
         )
     counts = _segment_counts(input_ids, segment_ids, ids)
+    placement = _image_placement(input_ids, segment_ids, ids)
     pieces = []
     for entry in sorted(documents, key=lambda d: d["segment"]):
         tokens, image_tokens, special_tokens = counts.get(entry["segment"], (0, 0, 0))
+        with_text, ends_in_image = placement.get(entry["segment"], (0, False))
+        dropped = entry.get("dropped") or {}
         piece = int(entry.get("piece", 0))
         scores = []
         for img in entry.get("images", []):
@@ -143,6 +152,10 @@ def sequence_values(
                 images=image_tokens // ids.tokens_per_image,
                 scores=tuple(scores),
                 image_failures=failures,
+                images_with_text=with_text // ids.tokens_per_image,
+                ends_in_image=ends_in_image,
+                dropped_pieces=int(dropped.get("pieces", 0)),
+                dropped_tokens=int(dropped.get("tokens", 0)),
             )
         )
     return SequenceValues(
@@ -187,6 +200,38 @@ def _segment_counts(
     return counts
 
 
+def _image_placement(
+    input_ids: np.ndarray, segment_ids: np.ndarray, ids: TokenIds
+) -> dict[Any, tuple[int, bool]]:
+    """Per segment with image slots: how many slots have a text token as the
+    next token after their run, in the same segment, and whether the
+    segment's last token is a slot (an image cut off from its text when the
+    document goes on). Empty where the sequence holds no image."""
+    image = input_ids == ids.image_token_id
+    if not image.any():
+        return {}
+    size = image.shape[0]
+    special = np.zeros(size, dtype=bool)
+    for token in (ids.bos_id, ids.eos_id):
+        if token >= 0:
+            special |= input_ids == token
+    text = (segment_ids > 0) & ~image & ~special
+    # the first position at or after each one that is not a slot (size: none)
+    after = np.minimum.accumulate(np.where(image, size, np.arange(size))[::-1])[::-1]
+    slots = np.flatnonzero(image)
+    nxt = after[slots]
+    inside = nxt < size
+    followed = np.zeros(slots.shape[0], dtype=bool)
+    followed[inside] = text[nxt[inside]] & (segment_ids[nxt[inside]] == segment_ids[slots[inside]])
+    with_text = collections.Counter(segment_ids[slots[followed]].tolist())
+    ends = np.flatnonzero(np.append(segment_ids[1:] != segment_ids[:-1], True))
+    ending = {int(segment_ids[e]) for e in ends if image[e]}
+    return {
+        segment: (with_text.get(segment, 0), segment in ending)
+        for segment in set(segment_ids[slots].tolist())
+    }
+
+
 class StatsAccumulator:
     """Integer counts that merge in any order (a Beam CombineFn's accumulator)."""
 
@@ -201,6 +246,10 @@ class StatsAccumulator:
         self.pieces = 0
         self.documents = 0
         self.split_documents = 0
+        self.images_with_text = 0
+        self.pieces_ending_in_image = 0
+        self.dropped_pieces = 0
+        self.dropped_tokens = 0
         self.text_tokens_per_document: collections.Counter = collections.Counter()
         self.images_per_document: collections.Counter = collections.Counter()
         self.documents_per_sequence: collections.Counter = collections.Counter()
@@ -220,6 +269,10 @@ class StatsAccumulator:
             self.image_tokens += piece.image_tokens
             self.special_tokens += piece.special_tokens
             self.images += piece.images
+            self.images_with_text += piece.images_with_text
+            self.pieces_ending_in_image += int(piece.ends_in_image)
+            self.dropped_pieces += piece.dropped_pieces
+            self.dropped_tokens += piece.dropped_tokens
             for name, value in piece.scores:
                 self.scores.setdefault(name, collections.Counter())[value] += 1
             self.image_failures.update(piece.image_failures)
@@ -258,6 +311,10 @@ class StatsAccumulator:
             "pieces",
             "documents",
             "split_documents",
+            "images_with_text",
+            "pieces_ending_in_image",
+            "dropped_pieces",
+            "dropped_tokens",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for name in (
@@ -403,6 +460,9 @@ def finalize(
             "split_documents": acc.split_documents,
             "split_fraction": _ratio(acc.split_documents, acc.documents),
             "incomplete_documents": incomplete,
+            "images_with_text_fraction": _ratio(acc.images_with_text, acc.images),
+            "pieces_ending_in_image": acc.pieces_ending_in_image,
+            "short_pieces_dropped": {"pieces": acc.dropped_pieces, "tokens": acc.dropped_tokens},
         },
         "scope": "build" if whole_build else "shards",
         "funnel": (

@@ -78,6 +78,15 @@ def format_table(stats: Mapping[str, Any]) -> str:
             "",
         )
     )
+    if packing.get("images_with_text_fraction") is not None:
+        rows.append(
+            (
+                "images with their text",
+                f"{format_share(packing['images_with_text_fraction'])} "
+                f"({format_number(packing['pieces_ending_in_image'])} pieces end in an image slot)",
+                "",
+            )
+        )
     for name, dist in stats["scores"].items():
         dist_row(f"score {name}", dist, digits=3)
     fetch = stats.get("image_fetch")

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 
 from corpora import catalog
-from corpora.inputs import InputError
+from corpora.inputs import InputError, decompressed
 from corpora.settings import BuildSettings
 from pipelines import storage
 
@@ -45,11 +46,16 @@ def resolve_inputs(settings: BuildSettings) -> BuildSettings:
         if not matched:
             raise InputError(f"input not found: {given}")
         for path in sorted(matched):
+            _check_regular(path)  # before opening: a FIFO would block, /dev/zero never ends
             try:
                 with storage.open_read(path) as stream:
-                    stream.read(1)
+                    empty = not decompressed(stream, path).read(1)
+            except InputError:
+                raise
             except Exception as exc:
                 raise InputError(f"cannot read input {path}: {_first_line(exc)}") from None
+            if empty:
+                raise InputError(f"input is empty: {path}")
             if spec.check_input is not None:
                 with storage.open_read(path) as stream:
                     spec.check_input(stream, path, settings)
@@ -57,6 +63,19 @@ def resolve_inputs(settings: BuildSettings) -> BuildSettings:
     if settings.fetch.retry_failures:
         _check_failures_file(settings.fetch.retry_failures)
     return settings.replace(inputs=tuple(resolved))
+
+
+def _check_regular(path: str) -> None:
+    """A local input must be a regular file (links to one are fine)."""
+    if "://" in path and not path.startswith("file://"):
+        return
+    local = path[len("file://") :] if path.startswith("file://") else path
+    try:
+        mode = os.stat(local).st_mode
+    except OSError as exc:
+        raise InputError(f"cannot read input {path}: {_first_line(exc)}") from None
+    if not stat.S_ISREG(mode):
+        raise InputError(f"input is not a regular file: {path}")
 
 
 def input_bytes(settings: BuildSettings) -> int | None:

@@ -107,7 +107,7 @@ def _restored(stored: tuple) -> TokenizedDocument:
 # as plain tuples: Beam pickles every element at every crossing, and a tuple
 # of strings and ints pickles several times faster than the dataclasses.
 def _compact_plan(plan: pack.DocumentPlan) -> tuple[str, tuple]:
-    return plan.key, tuple((p.index, p.count, p.start, p.end) for p in plan.pieces)
+    return plan.key, tuple(p.bounds() for p in plan.pieces)
 
 
 def _plan(compact: tuple[str, tuple]) -> pack.DocumentPlan:
@@ -141,9 +141,7 @@ class PackGroup(beam.DoFn):
             yield _route(drop, "pack")
         count, chunk = 0, []
         for sequence in planned.sequences:
-            chunk.append(
-                [((r.key, r.index, r.count, r.start, r.end), where[r.key]) for r in sequence]
-            )
+            chunk.append([((r.key, *r.bounds()), where[r.key]) for r in sequence])
             if len(chunk) == SEQUENCES_PER_ELEMENT:
                 yield group, count, chunk
                 count, chunk = count + len(chunk), []

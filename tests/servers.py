@@ -18,6 +18,7 @@ Fault modes (one per failure an image fetch must name):
   /noai/<name>.jpg                    X-Robots-Tag: noai; the body follows after 3 s
   /slow/<seconds>/<name>.jpg          the image after <seconds> (for concurrency caps)
   /close/<name>.jpg                   the image, then the server closes the kept-alive connection
+A route ``/robots.txt`` is not there (404: robots.txt allows everything) unless a test adds it.
 ``ImageServer(tls=(certfile, keyfile))`` serves https. ``ImageServer(port=N)`` listens on a
 fixed port (with SO_REUSEPORT, so two test runs at once share it: every route but the
 counters answers the same bytes whichever server takes the connection), for tests whose
@@ -26,13 +27,18 @@ The server counts requests in flight and open connections and keeps the
 maximum of each (``max_active``, ``max_connections``), and connections opened (``opened``).
 Tests can add routes with ``server.route(path, handler)`` where the handler
 takes the request handler and writes the whole response.
+
+:class:`ProxyServer` is a forward proxy on loopback (``CONNECT`` tunnels and
+absolute-form GETs), which records every request line it is asked.
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import http.server
 import io
+import select
 import socket
 import struct
 import threading
@@ -265,6 +271,83 @@ class ImageServer:
 
 class _SharedPortServer(http.server.ThreadingHTTPServer):
     allow_reuse_port = True
+
+
+class ProxyServer:
+    """A forward proxy on loopback: ``CONNECT host:port`` tunnels bytes both
+    ways, ``GET http://host:port/path`` is forwarded and its answer relayed.
+    ``requests`` holds each request line (``CONNECT 127.0.0.1:443``,
+    ``GET http://…``) in arrival order."""
+
+    HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authorization", "transfer-encoding"})
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.requests: list[str] = []
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_CONNECT(self) -> None:
+                proxy.requests.append(f"CONNECT {self.path}")
+                host, port = self.path.rsplit(":", 1)
+                upstream = socket.create_connection((host.strip("[]"), int(port)), timeout=10)
+                self.send_response(200, "Connection established")
+                self.end_headers()
+                self.wfile.flush()
+                ends = [self.connection, upstream]
+                try:
+                    while True:
+                        readable, _, _ = select.select(ends, [], [], 10)
+                        if not readable:
+                            break
+                        for end in readable:
+                            data = end.recv(65536)
+                            if not data:
+                                return
+                            (upstream if end is self.connection else self.connection).sendall(data)
+                finally:
+                    upstream.close()
+                    self.close_connection = True
+
+            def do_GET(self) -> None:
+                proxy.requests.append(f"GET {self.path}")
+                parts = urllib.parse.urlsplit(self.path)
+                upstream = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=10)
+                headers = {
+                    key: value
+                    for key, value in self.headers.items()
+                    if key.lower() not in ProxyServer.HOP_BY_HOP
+                }
+                target = parts.path + (f"?{parts.query}" if parts.query else "")
+                upstream.request("GET", target, headers=headers)
+                answer = upstream.getresponse()
+                body = answer.read()
+                upstream.close()
+                self.send_response(answer.status)
+                for key, value in answer.getheaders():
+                    if key.lower() not in ProxyServer.HOP_BY_HOP | {"content-length"}:
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = http.server.ThreadingHTTPServer((host, 0), Handler)
+        self.httpd.daemon_threads = True
+        self.httpd.handle_error = lambda request, client_address: None
+        self.base = f"http://{host}:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> "ProxyServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
 
 
 def self_signed_cert(directory: str, host: str = "127.0.0.1") -> tuple[str, str]:

@@ -35,22 +35,39 @@ is a plain resize), then normalised with the vision model's mean and std.
 
 from __future__ import annotations
 
-import io
 from typing import Any, Sequence
 
 import numpy as np
+
+from corpora.record import open_image
 
 # open_clip's OPENAI_DATASET_MEAN / STD: the CLIP towers VILA uses.
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 TEXT_ARRAYS = ("input_ids", "segment_ids", "positions")
+# The host memory one batch may take, checked before the first (a batch size
+# or image size typed a few digits too long would otherwise take the machine).
+MAX_BATCH_BYTES = 8 << 30
+
+
+def batch_bytes(batch_size: int, seq_len: int, max_images: int, size: tuple[int, int]) -> int:
+    """The host memory of one batch, at most: a dozen ``int64 [seq_len]``
+    arrays a sample (the text and the objective's features) and its images
+    in float32.
+
+    >>> batch_bytes(4, 2048, 1, (336, 336)) / 2**20
+    5.91796875
+    """
+    height, width = size
+    return batch_size * (12 * seq_len * 8 + max_images * 3 * height * width * 4)
 
 
 def load_image(data: bytes, size: tuple[int, int]) -> np.ndarray:
     """Decode an encoded image into uint8 ``[H, W, 3]`` RGB of ``size = (H, W)``:
     scaled to cover it, bicubic, centre-cropped.
 
+    >>> import io
     >>> from PIL import Image
     >>> buffer = io.BytesIO()
     >>> Image.new("RGB", (60, 30), (200, 10, 10)).save(buffer, "JPEG")
@@ -60,7 +77,7 @@ def load_image(data: bytes, size: tuple[int, int]) -> np.ndarray:
     from PIL import Image
 
     height, width = size
-    image = Image.open(io.BytesIO(data))
+    image = open_image(data)
     scale = max(height / image.height, width / image.width)
     # JPEG decodes straight to the smallest DCT scale that still covers the target:
     # most of the cost of decoding a large image goes away.

@@ -2,8 +2,12 @@
 
 The seed papers train on mixtures: VILA on MMC4-core and COYO at about 1:1
 **by images**, SimVLM on image-text pairs and C4 text at 8:1 **by examples**.
-A blend is a list of ``(build, weight)`` and a unit: ``examples``,
-``images`` or ``tokens`` (non-padding tokens).
+A blend is a list of ``(build, weight)`` and a unit: ``examples`` (packed
+samples), ``documents`` (the documents they hold: each packed segment, the
+piece of a split document included), ``images`` or ``tokens`` (non-padding
+tokens). SimVLM's 8:1 is by documents: a packed sample of pairs holds many
+more documents than a packed sample of C4 text, so 8:1 by samples is about
+12:1 by documents on a pairs + C4 blend.
 
 **The mix is exact, not sampled.** Each consumer (loader worker) takes the
 next sample from the source that is furthest behind its share: the one with
@@ -36,10 +40,11 @@ import os
 from typing import Any, Iterator, Sequence
 
 from corpora import reader
+from trainer.config import WEIGHT_UNITS
 from trainer.stream import DataError, Shard, ShardStream
 
 FORMAT = "corpora-shards/1"
-UNITS = ("examples", "images", "tokens")
+UNITS = WEIGHT_UNITS
 
 
 class BlendError(DataError):
@@ -122,8 +127,8 @@ def _load(location: str, base: str) -> dict[str, Any]:
 def resolve_source(location: str, weight: float = 1.0) -> Source:
     """A build directory (local or a URL), its ``manifest.json``, or shard
     URLs / brace patterns inside a build (their manifest is the one beside them)."""
-    if not weight > 0:
-        raise BlendError(f"{location}: weight must be positive, got {weight}")
+    if not 0 < weight < float("inf"):
+        raise BlendError(f"{location}: weight must be a positive number, got {weight}")
     if location.endswith(".tar") or "{" in location:
         urls = reader.expand_urls(location)
         base = _dirname(urls[0])
@@ -227,7 +232,23 @@ def unit_mass(sample: reader.Sample, unit: str) -> int:
         return len(sample.images)
     if unit == "tokens":
         return sample.tokens
+    if unit == "documents":
+        return len(sample.documents)
     return 1
+
+
+def empty_counts() -> dict[str, int]:
+    """What a blend counts per source, in every unit (``examples`` as ``samples``)."""
+    return {"samples": 0, "documents": 0, "images": 0, "tokens": 0}
+
+
+def sample_counts(sample: reader.Sample) -> dict[str, int]:
+    return {
+        "samples": 1,
+        "documents": len(sample.documents),
+        "images": len(sample.images),
+        "tokens": sample.tokens,
+    }
 
 
 class Mix:
@@ -266,7 +287,7 @@ class Blend:
         self.unit = unit
         self.names = list(names) if names is not None else [s.name for s in self.streams]
         self.mix = Mix(weights)
-        self.counts = [{"samples": 0, "images": 0, "tokens": 0} for _ in self.streams]
+        self.counts = [empty_counts() for _ in self.streams]
         self._empty = [0] * len(self.streams)
 
     def __iter__(self) -> Iterator[tuple[int, reader.Sample]]:
@@ -282,20 +303,16 @@ class Blend:
             raise DataError(
                 f"{self.names[source]}: {MAX_EMPTY_PICKS} samples in a row hold no {self.unit}"
             )
-        count = self.counts[source]
-        count["samples"] += 1
-        count["images"] += len(sample.images)
-        count["tokens"] += sample.tokens
+        for key, value in sample_counts(sample).items():
+            self.counts[source][key] += value
         return source, sample
 
     def retract(self, source: int, sample: reader.Sample) -> None:
         """Take back a sample the batcher could not use, so that the mix and
         the counts hold what the batches hold."""
         self.mix.add(source, -unit_mass(sample, self.unit))
-        count = self.counts[source]
-        count["samples"] -= 1
-        count["images"] -= len(sample.images)
-        count["tokens"] -= sample.tokens
+        for key, value in sample_counts(sample).items():
+            self.counts[source][key] -= value
 
     def close(self) -> None:
         for stream in self.streams:
@@ -315,7 +332,7 @@ class Blend:
                 f"the state has {len(state['streams'])} sources, the blend {len(self.streams)}"
             )
         self.mix.delivered = [int(d) for d in state["delivered"]]
-        self.counts = [dict(c) for c in state["counts"]]
+        self.counts = [{**empty_counts(), **c} for c in state["counts"]]
         self._empty = [int(e) for e in state["empty"]]
         for stream, stream_state in zip(self.streams, state["streams"]):
             stream.load_state_dict(stream_state)

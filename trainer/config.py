@@ -26,11 +26,18 @@ import os
 from typing import Literal
 
 SIZES = ("tiny", "base", "large")
+# what blend weights count: samples, documents (each packed segment: SimVLM's
+# examples), images, non-padding tokens
+WEIGHT_UNITS = ("examples", "documents", "images", "tokens")
 PROJECTORS = ("linear", "mlp2x_gelu")
 PRECISIONS = ("auto", "bf16", "fp32")
 DEVICES = ("auto", "cpu", "cuda", "xla")
 STRATEGIES = ("auto", "ddp", "fsdp")
 DECAYS = ("linear", "cosine")
+# attention over packed documents: per-document SDPA calls (every device but XLA), FlexAttention
+# (CUDA), or a dense L x L mask (sdpa, eager: the reference, and XLA's)
+ATTENTIONS = ("varlen", "flex", "sdpa", "eager")
+PREFIXLM_ATTENTIONS = ("varlen", "flex", "dense")  # PrefixLM's own layers: one dense way
 
 
 class ConfigError(ValueError):
@@ -59,8 +66,13 @@ class PrefixLMConfig:
     stem: Literal["resnet18", "resnet50", "resnet101"]
     stem_stages: int
     patch_size: int
+    attention: str = "varlen"  # varlen, flex (CUDA) or dense (the L x L reference; XLA)
 
     def __post_init__(self) -> None:
+        if self.attention not in PREFIXLM_ATTENTIONS:
+            raise ConfigError(
+                f"attention must be one of {', '.join(PREFIXLM_ATTENTIONS)}, got {self.attention!r}"
+            )
         if self.width % self.heads:
             raise ConfigError(f"width {self.width} is not a multiple of heads {self.heads}")
         if not 1 <= self.stem_stages <= 3:
@@ -131,7 +143,7 @@ class VilaConfig:
     vision_pretrained: str | None
     projector: str = "linear"
     stage: int = 0
-    attn_implementation: str = "sdpa"
+    attn_implementation: str = "varlen"  # see ATTENTIONS
     init: str | None = None  # a checkpoint whose trained weights start this run (stage 0 → 1)
     activation_checkpointing: bool = False  # recompute the LM's layers in backward: less memory
 
@@ -144,9 +156,9 @@ class VilaConfig:
             raise ConfigError(
                 f"stage must be 0 (projector) or 1 (projector and LM), got {self.stage}"
             )
-        if self.attn_implementation not in ("sdpa", "eager"):
+        if self.attn_implementation not in ATTENTIONS:
             raise ConfigError(
-                "attn_implementation must be sdpa or eager (both take the document mask), "
+                f"attn_implementation must be one of {', '.join(ATTENTIONS)}, "
                 f"got {self.attn_implementation!r}"
             )
 
@@ -212,6 +224,8 @@ class TrainConfig:
     keep_checkpoints: int = 3
     output: str | None = None
     resume: bool = False
+    compile: bool = False  # torch.compile each layer the model shards (flex or dense attention)
+    peak_tflops: float | None = None  # per device, for MFU; default: known CUDA GPUs' bf16
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "accumulate", "log_every", "checkpoint_every"):

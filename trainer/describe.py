@@ -133,19 +133,51 @@ def _describe_row(
 def describe_mix(
     counts: dict[str, dict[str, int]], sources: Sequence[Source], unit: str, samples: int
 ) -> str:
-    """The measured shares of each build in ``unit`` against the asked ones."""
+    """The measured mix: each build's share in ``unit`` against the asked
+    one, then its share and count in every unit (examples are samples).
+
+    >>> from trainer.blend import Source
+    >>> sources = [Source("pairs", 8.0, {}, ()), Source("c4", 1.0, {}, ())]
+    >>> counts = {"pairs": {"samples": 3, "documents": 80, "images": 80, "tokens": 1800},
+    ...           "c4": {"samples": 7, "documents": 10, "images": 0, "tokens": 4400}}
+    >>> print(describe_mix(counts, sources, "documents", 10))
+    Mix over 10 samples (by documents):
+      build                                     share   asked
+      pairs                                     88.9%   88.9%
+      c4                                        11.1%   11.1%
+    The same samples in every unit (share, count):
+      build                                    samples documents    images    tokens
+      pairs                                      30.0%     88.9%    100.0%     29.0%
+                                                     3        80        80      1800
+      c4                                         70.0%     11.1%      0.0%     71.0%
+                                                     7        10         0      4400
+    """
+    keys = {"examples": "samples", "documents": "documents", "images": "images", "tokens": "tokens"}
+    totals = {key: sum(counts[s.location][key] for s in sources) for key in keys.values()}
     total_weight = sum(s.weight for s in sources)
-    total = sum(counts[s.location][unit if unit != "examples" else "samples"] for s in sources)
+
+    def share(location: str, key: str) -> float:
+        return counts[location][key] / totals[key] if totals[key] else 0.0
+
     lines = [
         f"Mix over {samples} samples (by {unit}):",
-        f"  {'build':40} {'samples':>8} {'images':>8} {'tokens':>10} {'share':>7} {'asked':>7}",
+        f"  {'build':40} {'share':>6} {'asked':>7}",
     ]
     for source in sources:
-        count = counts[source.location]
-        mass = count[unit if unit != "examples" else "samples"]
-        share = mass / total if total else 0.0
         lines.append(
-            f"  {source.location[-40:]:40} {count['samples']:>8} {count['images']:>8} "
-            f"{count['tokens']:>10} {share:>7.1%} {source.weight / total_weight:>7.1%}"
+            f"  {source.location[-40:]:40} {share(source.location, keys[unit]):>6.1%} "
+            f"{source.weight / total_weight:>7.1%}"
+        )
+    lines += [
+        "The same samples in every unit (share, count):",
+        f"  {'build':38} " + " ".join(f"{key:>9}" for key in keys.values()),
+    ]
+    for source in sources:
+        lines.append(
+            f"  {source.location[-38:]:38} "
+            + " ".join(f"{share(source.location, key):>9.1%}" for key in keys.values())
+        )
+        lines.append(
+            f"  {'':38} " + " ".join(f"{counts[source.location][key]:>9}" for key in keys.values())
         )
     return "\n".join(lines)

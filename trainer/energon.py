@@ -30,6 +30,7 @@ import tarfile
 from typing import Any, BinaryIO
 
 from corpora import reader
+from corpora.shards.writing import write_into
 from trainer.stream import DataError
 
 NV_META = ".nv-meta"
@@ -44,8 +45,7 @@ def sample_offsets(stream: BinaryIO) -> list[int]:
     with tarfile.open(fileobj=stream, mode="r|") as tar:
         while (member := tar.next()) is not None:
             tar.members.clear()  # one pass; the headers need not be kept
-            if not member.isfile():
-                continue
+            reader.check_member(member)
             directory, _, name = member.name.rpartition("/")
             key = (
                 directory,
@@ -67,11 +67,7 @@ def _write(url: str, data: bytes) -> None:
         with fsspec.open(url, "wb") as handle:
             handle.write(data)
         return
-    import os
-
-    os.makedirs(os.path.dirname(url) or ".", exist_ok=True)
-    with open(url, "wb") as handle:
-        handle.write(data)
+    write_into(url, data)  # never through a link planted in the build
 
 
 def _join(base: str, name: str) -> str:
@@ -125,6 +121,8 @@ def write_energon_meta(location: str) -> list[str]:
         manifest = reader.load_manifest(base)
     except FileNotFoundError:
         raise DataError(f"{location}: no manifest.json (point at a build made by corpora build)")
+    except reader.BuildInputError as exc:
+        raise DataError(str(exc)) from None
     if not manifest["shards"]:
         raise DataError(f"{location}: the build holds no shards")
     written = []
@@ -132,7 +130,7 @@ def write_energon_meta(location: str) -> list[str]:
         try:
             with reader.open_url(url) as stream:
                 offsets = sample_offsets(stream)
-        except (OSError, tarfile.TarError) as exc:
+        except (OSError, tarfile.TarError, ValueError) as exc:
             raise DataError(f"{url}: cannot index the shard ({exc})") from None
         if len(offsets) - 1 != entry["samples"]:
             raise DataError(

@@ -182,6 +182,24 @@ def prefix_bounds(
     return bounds
 
 
+def without_target(
+    input_ids: np.ndarray, segment_ids: np.ndarray, image_token_id: int | None
+) -> list[int]:
+    """The segments of one ``[L]`` row that would leave PrefixLM nothing to
+    predict: all their tokens must go to the encoder (a piece that ends in
+    an image slot, a one-token piece). The loader skips them rather than
+    train on an empty target.
+
+    >>> ids = np.array([1, 1000, 1000, 1000, 17, 18, 2, 1000, 1000, 1000, 2, 0, 0, 0, 0, 0])
+    >>> seg = np.array([1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 3, 0, 0, 0, 0, 0])
+    >>> without_target(ids, seg, image_token_id=1000)  # 2: a bare image run; 3: an EOS alone
+    [2, 3]
+    """
+    runs = document_runs(segment_ids)
+    bounds = prefix_bounds(input_ids, segment_ids, image_token_id)
+    return [segment for (segment, start, end), (low, _) in zip(runs, bounds) if low >= end - start]
+
+
 def sample_prefix_lengths(
     input_ids: np.ndarray,
     segment_ids: np.ndarray,

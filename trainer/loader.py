@@ -48,10 +48,18 @@ try:
 except ImportError as exc:  # fail at import, naming the fix, not inside a worker
     raise missing_extra("train", "the trainer's loader", exc) from None
 
-from trainer.batch import CLIP_MEAN, CLIP_STD, collate, load_image
-from trainer.blend import UNITS, Blend, DataSpec, Source, check_blend, resolve_source
-from trainer.features import prefixlm_features, vila_features
-from trainer.stream import ShardStream, _reason, _seeded, split_shards
+from trainer.batch import CLIP_MEAN, CLIP_STD, MAX_BATCH_BYTES, batch_bytes, collate, load_image
+from trainer.blend import (
+    UNITS,
+    Blend,
+    DataSpec,
+    Source,
+    check_blend,
+    empty_counts,
+    resolve_source,
+)
+from trainer.features import prefixlm_features, vila_features, without_target
+from trainer.stream import DataError, ShardStream, _reason, _seeded, split_shards
 
 log = logging.getLogger("trainer.data")
 
@@ -145,6 +153,38 @@ def sample_check(spec: DataSpec):
     return check
 
 
+def drop_documents(
+    sample: reader.Sample,
+    segments: Sequence[int],
+    image_token_id: int | None,
+    tokens_per_image: int,
+    pad_id: int,
+) -> reader.Sample:
+    """``sample`` with the documents of ``segments`` turned into padding:
+    their tokens, their images and their ``json`` entries removed.
+
+    >>> ids = np.array([1, 9, 9, 5, 2, 9, 9, 0])
+    >>> seg = np.array([1, 1, 1, 1, 1, 2, 2, 0])
+    >>> sample = reader.Sample("k", "u", ids, seg, np.array([0, 1, 2, 3, 4, 0, 1, 0]),
+    ...                        [b"a", b"b"], [{"segment": 1}, {"segment": 2}])
+    >>> out = drop_documents(sample, [2], image_token_id=9, tokens_per_image=2, pad_id=0)
+    >>> out.input_ids.tolist(), out.segment_ids.tolist(), out.images, out.documents
+    ([1, 9, 9, 5, 2, 0, 0, 0], [1, 1, 1, 1, 1, 0, 0, 0], [b'a'], [{'segment': 1}])
+    """
+    gone = np.isin(sample.segment_ids, list(segments))
+    slots = np.flatnonzero(sample.input_ids == image_token_id) if image_token_id is not None else []
+    first_slots = slots[::tokens_per_image]  # an image's run of slots is never cut
+    images = [image for image, slot in zip(sample.images, first_slots) if not gone[slot]]
+    return dataclasses.replace(
+        sample,
+        input_ids=np.where(gone, pad_id, sample.input_ids).astype(sample.input_ids.dtype),
+        segment_ids=np.where(gone, 0, sample.segment_ids).astype(sample.segment_ids.dtype),
+        positions=np.where(gone, 0, sample.positions).astype(sample.positions.dtype),
+        images=images,
+        documents=[d for d in sample.documents if d.get("segment") not in set(segments)],
+    )
+
+
 class BatchStream:
     """The batches of one consumer, in numpy; the worker side of :class:`Loader`."""
 
@@ -177,6 +217,7 @@ class BatchStream:
         )
         self.batches = 0
         self.undecodable = 0
+        self.without_target = 0  # PrefixLM documents skipped: nothing to predict
 
     def next_batch(self) -> tuple[dict[str, np.ndarray], list[tuple[int, reader.Sample]]]:
         """The next batch's arrays and the ``(source, sample)`` it holds."""
@@ -184,6 +225,10 @@ class BatchStream:
         decoded = []
         while len(picks) < self.config.batch_size:
             source, sample = next(self.blend)
+            if self.config.objective == "prefixlm":
+                sample = self._with_targets(source, sample)
+                if sample is None:
+                    continue
             try:
                 images = [load_image(data, self.image_size) for data in sample.images]
             except Exception as exc:  # a stored image that does not decode
@@ -220,6 +265,22 @@ class BatchStream:
         self.batches += 1
         return batch, picks
 
+    def _with_targets(self, source: int, sample: reader.Sample) -> reader.Sample | None:
+        """``sample`` without the documents PrefixLM could not train on
+        (:func:`~trainer.features.without_target`), counted; ``None`` where
+        none is left (taken back from the blend, as an undecodable one)."""
+        spec = self.spec
+        skipped = without_target(sample.input_ids, sample.segment_ids, spec.image_token_id)
+        if not skipped:
+            return sample
+        self.without_target += len(skipped)
+        if len(skipped) == len(sample.documents):
+            self.blend.retract(source, sample)
+            return None
+        return drop_documents(
+            sample, skipped, spec.image_token_id, spec.tokens_per_image, spec.pad_id
+        )
+
     def counters(self) -> dict[str, Any]:
         streams = [s.counters for s in self.blend.streams]
         return {
@@ -227,6 +288,7 @@ class BatchStream:
             "samples": self.batches * self.config.batch_size,
             "shards_skipped": sum(c["shards_skipped"] for c in streams),
             "samples_skipped": sum(c["samples_skipped"] for c in streams) + self.undecodable,
+            "documents_without_target": self.without_target,
             "sources": {
                 name: dict(count) for name, count in zip(self.blend.names, self.blend.counts)
             },
@@ -237,6 +299,7 @@ class BatchStream:
             "consumer": self.consumer,
             "batches": self.batches,
             "undecodable": self.undecodable,
+            "without_target": self.without_target,
             "blend": self.blend.state_dict(),
             "counters": self.counters(),
         }
@@ -246,6 +309,7 @@ class BatchStream:
             raise ValueError(f"state of consumer {state['consumer']}, this is {self.consumer}")
         self.batches = int(state["batches"])
         self.undecodable = int(state["undecodable"])
+        self.without_target = int(state.get("without_target", 0))
         self.blend.load_state_dict(state["blend"])
 
     def close(self) -> None:
@@ -292,6 +356,15 @@ class Loader:
         self.world_size = world_size
         self.sources = [resolve_source(location, weight) for location, weight in config.sources]
         self.spec: DataSpec = check_blend(self.sources, config.weight_unit)
+        size = config.image_size or self.spec.image_size or (224, 224)
+        need = batch_bytes(config.batch_size, self.spec.seq_len, self.spec.max_images, size)
+        if need > MAX_BATCH_BYTES:
+            raise DataError(
+                f"a batch of {config.batch_size} samples of {self.spec.seq_len} tokens and "
+                f"{self.spec.max_images} images of {size[0]}x{size[1]} takes "
+                f"{need / 2**30:.1f} GiB, more than {MAX_BATCH_BYTES >> 30} GiB: "
+                "lower the batch size or the image size"
+            )
         self.workers = max(1, config.num_workers)
         self._states: list[dict[str, Any] | None] = [None] * self.workers
         self._batches = 0
@@ -342,14 +415,16 @@ class Loader:
     @property
     def counters(self) -> dict[str, Any]:
         """What the batches handed out so far held: ``batches``, ``samples``,
-        ``shards_skipped``, ``samples_skipped`` and per source ``samples``,
+        ``shards_skipped``, ``samples_skipped``, ``documents_without_target`` (PrefixLM
+        documents skipped: nothing to predict) and per source ``samples``, ``documents``,
         ``images``, ``tokens``."""
         total: dict[str, Any] = {
             "batches": 0,
             "samples": 0,
             "shards_skipped": 0,
             "samples_skipped": 0,
-            "sources": {s.location: {"samples": 0, "images": 0, "tokens": 0} for s in self.sources},
+            "documents_without_target": 0,
+            "sources": {s.location: empty_counts() for s in self.sources},
         }
         for state in self._states:
             if state is None:
@@ -357,6 +432,7 @@ class Loader:
             counters = state["counters"]
             for key in ("batches", "samples", "shards_skipped", "samples_skipped"):
                 total[key] += counters[key]
+            total["documents_without_target"] += counters.get("documents_without_target", 0)
             for name, count in counters["sources"].items():
                 for key, value in count.items():
                     total["sources"][name][key] += value
@@ -414,9 +490,9 @@ class Loader:
             stream.close()
 
     def measure_mix(self, samples: int) -> dict[str, dict[str, int]]:
-        """Per source, the samples, images and tokens among the first
+        """Per source, the samples, documents, images and tokens among the first
         ``samples`` this rank's workers give (shared evenly), without decoding."""
-        totals = {s.location: {"samples": 0, "images": 0, "tokens": 0} for s in self.sources}
+        totals = {s.location: empty_counts() for s in self.sources}
         for worker in range(self.workers):
             stream = BatchStream(
                 self.sources,

@@ -8,9 +8,13 @@ torch_xla. Every device-specific call of the loop goes through :class:`Runtime`.
 - Data parallelism: DDP; or FSDP2 (``fully_shard``), which shards each
   layer the model names (VILA: the LM's decoder layers) and the rest of
   the model as one unit, for LMs whose weights and optimizer state do not
-  fit one device. Frozen weights (VILA's vision tower) stay replicated.
+  fit one device. Frozen weights (VILA's vision tower) stay replicated. A
+  model part on the meta device is sharded there and given its weights by
+  the model afterwards (VILA's LM: each process reads its own rows).
 - Precision: bf16 autocast on CUDA and XLA, float32 on the CPU (parameters
-  and optimizer state stay float32 everywhere).
+  and optimizer state stay float32 everywhere). Under FSDP2 with bf16 the
+  mixed-precision policy gathers parameters in bf16 and reduces gradients
+  in fp32; the sharded master weights stay fp32.
 - XLA wants fixed shapes: models encode every image slot there (empty ones
   too), and the step ends with ``torch_xla.sync()``.
 
@@ -79,6 +83,24 @@ class Runtime:
         """The loader as a checkpoint should see it: positioned after the batches taken."""
         return _Consumed(loader, self.data_state) if self.data_state is not None else loader
 
+    def resolve_strategy(self, strategy: str = "auto", fsdp_preferred: bool = False) -> str:
+        """What :meth:`wrap` will do: ``none`` in one process; ``auto`` is FSDP2 on CUDA for
+        models that ask for it, else DDP."""
+        if self.world_size == 1:
+            return "none"
+        if strategy == "auto":
+            return "fsdp" if fsdp_preferred and self.kind == "cuda" else "ddp"
+        return strategy
+
+    def mixed_precision(self):
+        """FSDP2's policy: under bf16, parameters gathered in bf16 for compute, gradients
+        reduced in fp32, the sharded master weights (and AdamW's state) fp32."""
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        if self.precision != "bf16":
+            return MixedPrecisionPolicy()
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+
     def wrap(
         self,
         model: nn.Module,
@@ -87,27 +109,33 @@ class Runtime:
         fsdp_preferred: bool = False,
     ) -> nn.Module:
         """The model on the device, wrapped for data parallelism when there are several
-        processes. ``auto`` is FSDP2 on CUDA for models that ask for it, else DDP."""
+        processes (:meth:`resolve_strategy`). Parts on the meta device stay there, sharded:
+        the model gives them their weights afterwards (``materialize``)."""
         if self.kind == "xla":
             self._mark_static(model)
-        model.to(self.device)
-        if self.world_size == 1:
+        if any(p.is_meta for p in model.parameters()):
+            for part in model.children():  # the meta-device parts are given weights later
+                if not any(p.is_meta for p in part.parameters()):
+                    part.to(self.device)
+        else:
+            model.to(self.device)
+        strategy = self.resolve_strategy(strategy, fsdp_preferred)
+        if strategy == "none":
             self.strategy = "none"
             return model
-        if strategy == "auto":
-            strategy = "fsdp" if fsdp_preferred and self.kind == "cuda" else "ddp"
         if strategy == "fsdp":
             if self.kind == "xla":
                 raise ConfigError("FSDP2 runs on CUDA and the CPU; on a TPU use --strategy ddp")
             from torch.distributed.fsdp import fully_shard
 
+            policy = self.mixed_precision()
             layers = list(layers)
             in_layers = {p for layer in layers for p in layer.parameters()}
             for layer in layers:
-                fully_shard(layer)
+                fully_shard(layer, mp_policy=policy)
             # frozen weights outside the sharded layers (the vision tower) stay whole on every rank
             frozen = {p for p in model.parameters() if not p.requires_grad} - in_layers
-            fully_shard(model, ignored_params=frozen or None)
+            fully_shard(model, ignored_params=frozen or None, mp_policy=policy)
             self.strategy = "fsdp"
             return model
         from torch.nn.parallel import DistributedDataParallel
@@ -169,6 +197,30 @@ class Runtime:
         if self.kind == "cuda" and "cuda" in state:
             torch.cuda.set_rng_state(state["cuda"], self.device)
 
+    def peak_flops(self) -> float | None:
+        """This device's peak dense bf16 FLOP/s, known for CUDA GPUs by name; else ``None``."""
+        if self.kind != "cuda" or self.precision != "bf16":
+            return None
+        name = torch.cuda.get_device_name(self.device)
+        for key, tflops in PEAK_BF16_TFLOPS.items():
+            if key in name:
+                return tflops * 1e12
+        return None
+
+    def memory(self) -> str:
+        """Peak memory for the log line: CUDA's most allocated since the last line; on the
+        CPU the process's peak resident set (it cannot be reset)."""
+        if self.kind == "cuda":
+            peak = torch.cuda.max_memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return f"mem {peak / 2**30:,.2f} GiB"
+        if self.kind == "cpu":
+            import resource
+
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+            return f"rss {peak / 2**30:,.2f} GiB"
+        return ""
+
     def close(self) -> None:
         if self.owns_group:
             import torch.distributed as dist
@@ -178,6 +230,45 @@ class Runtime:
 
 
 DATA_STATE = "__data_state__"
+# dense bf16 TFLOP/s (no sparsity) by a part of the device name, for MFU
+PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0}
+
+
+@dataclasses.dataclass(frozen=True)
+class Allocations:
+    largest: int  # bytes of the largest single allocation
+    peak: int  # the most bytes held at once, above what was held before
+
+
+def cpu_allocations(step) -> Allocations:
+    """Every CPU allocation ``step()`` makes, from the profiler's allocation records (an
+    operator's own memory figure is net of what it frees inside, so it can hide a large
+    temporary; these cannot). Tests and benchmarks measure memory with it."""
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+
+    def walk(nodes):
+        for node in nodes:
+            yield node
+            yield from walk(node.children)
+
+    records = sorted(
+        (
+            node
+            for node in walk(prof.profiler.kineto_results.experimental_event_tree())
+            if node.tag == _EventType.Allocation
+        ),
+        key=lambda node: node.start_time_ns,
+    )
+    if not records:
+        return Allocations(0, 0)
+    sizes = [node.extra_fields.alloc_size for node in records]
+    totals = [node.extra_fields.total_allocated for node in records]
+    start = totals[0] - sizes[0]
+    return Allocations(max(max(sizes), 0), max(max(totals) - start, 0))
 
 
 class _Consumed:

@@ -4,9 +4,12 @@
 calls :func:`fit`, which reads top to bottom:
 
 1. check the model against the data (``tokens_per_image``, vocabulary,
-   positions) and refuse in one line before any step;
+   positions) and its attention against the device, and refuse in one line
+   before any step;
 2. wrap the model for the device and the processes (``trainer.runtime``),
-   build AdamW and the schedule, resume from the latest checkpoint;
+   give a meta-device LM its weights (each process its part), start from
+   ``--init``'s weights, build AdamW and the schedule, resume from the latest
+   checkpoint;
 3. print the derived quantities (tokens per step, parameters trainable and
    frozen);
 4. per step: take ``accumulate`` batches, count their target tokens across
@@ -106,6 +109,25 @@ def check_model(model: nn.Module, spec) -> None:
         raise ConfigError(f"seq_len {spec.seq_len} is longer than the model's {limit} positions")
 
 
+def check_attention(model: nn.Module, runtime: Runtime, compile: bool = False) -> None:
+    """FlexAttention trains on CUDA only; per-document calls change shape with every batch,
+    which XLA and ``torch.compile`` cannot follow."""
+    attention = getattr(model, "attention", None)
+    dense = "sdpa" if model.objective == "vila" else "dense"
+    if compile and attention == "varlen":
+        raise ConfigError(
+            "--compile needs --attn-implementation flex (CUDA) or "
+            f"{dense}: varlen's per-document calls would recompile for every batch"
+        )
+    if attention == "flex" and runtime.kind != "cuda":
+        raise ConfigError(
+            f"--attn-implementation flex trains on CUDA only (PyTorch has no FlexAttention "
+            f"backward on {runtime.kind}): use varlen"
+        )
+    if attention == "varlen" and runtime.kind == "xla":
+        raise ConfigError(f"XLA wants fixed shapes: use --attn-implementation {dense} on a TPU")
+
+
 def check_batch(model: nn.Module, batch: dict[str, torch.Tensor], spec) -> None:
     """The first batch: its shapes and its image slots, before any step."""
     seq_len = batch["segment_ids"].shape[-1]
@@ -167,20 +189,37 @@ def describe(model: nn.Module, spec, config: TrainConfig, runtime: Runtime, name
 
 
 class Meter:
-    """Tokens, images and losses since the last log line; the clock is injected. Counts stay
-    tensors on the device until a line is printed, so a step never waits for the device."""
+    """Tokens, images, FLOPs and losses since the last log line; the clock is injected. Counts
+    stay tensors on the device until a line is printed, so a step never waits for the device.
 
-    def __init__(self, clock: Callable[[], float]):
-        self.clock = clock
+    ``peak_flops`` (all processes together) turns the FLOPs into MFU; ``memory`` gives the
+    line's memory figure:
+
+    >>> ticks = iter([0.0, 2.0])
+    >>> meter = Meter(lambda: next(ticks), peak_flops=1e9, memory=lambda: "mem 1.50 GiB")
+    >>> meter.add(torch.tensor(2.5), tokens=1000, images=4, flops=6e8)
+    >>> meter.line(1, 10, 1e-3, terminal=False)[0]
+    'step 1/10  loss 2.5000  lr 1.00e-03  tokens/s 500  images/s 2.0  mfu 30.0%  mem 1.50 GiB'
+    """
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        peak_flops: float | None = None,
+        memory: Callable[[], str] = str,
+    ):
+        self.clock, self.peak_flops, self.memory = clock, peak_flops, memory
         self.since = clock()
-        self.tokens: torch.Tensor | int = 0
-        self.images: torch.Tensor | int = 0
+        self.tokens: torch.Tensor | float = 0
+        self.images: torch.Tensor | float = 0
+        self.flops: torch.Tensor | float = 0
         self.pending: list[torch.Tensor] = []
 
-    def add(self, loss: torch.Tensor, tokens, images) -> None:
+    def add(self, loss: torch.Tensor, tokens, images, flops=0) -> None:
         self.pending.append(loss)
         self.tokens = self.tokens + tokens
         self.images = self.images + images
+        self.flops = self.flops + flops
 
     def line(self, step: int, steps: int, lr: float, terminal: bool) -> tuple[str, list[float]]:
         losses = [float(loss) for loss in self.pending]
@@ -191,10 +230,15 @@ class Meter:
             f"step {step:,}/{steps:,}  loss {sum(losses) / len(losses):.4f}  lr {lr:.2e}  "
             f"tokens/s {tokens / seconds:,.0f}  images/s {images / seconds:,.1f}"
         )
+        if self.peak_flops:
+            text += f"  mfu {100 * float(self.flops) / seconds / self.peak_flops:.1f}%"
+        memory = self.memory()
+        if memory:
+            text += f"  {memory}"
         if terminal:
             done = int(30 * step / steps)
             text += f"  [{'#' * done}{'.' * (30 - done)}] {100 * step // steps}%"
-        self.since, self.tokens, self.images, self.pending = now, 0, 0, []
+        self.since, self.tokens, self.images, self.flops, self.pending = now, 0, 0, 0, []
         return text, losses
 
 
@@ -208,8 +252,11 @@ def fit(
     settings: dict[str, Any] | None = None,
     stream: TextIO | None = None,
     clock: Callable[[], float] = time.monotonic,
+    init: str | None = None,
 ) -> Result:
-    """Train ``model`` (unwrapped, on the CPU) on ``loader``'s batches for ``config.steps``."""
+    """Train ``model`` (unwrapped, on the CPU or partly on the meta device) on ``loader``'s
+    batches for ``config.steps``; ``init`` is a checkpoint whose trained weights it starts
+    from (``--init``)."""
     stream = stream or sys.stdout
 
     def say(text: str) -> None:
@@ -219,13 +266,21 @@ def fit(
 
     spec = loader.spec
     check_model(model, spec)
+    check_attention(model, runtime, config.compile)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    if config.compile:  # each layer alone, as torchtitan does: one graph, reused by every layer
+        for layer in model.shard_layers():
+            layer.compile()
     wrapped = runtime.wrap(
         model,
         config.strategy,
         layers=model.shard_layers(),
         fsdp_preferred=getattr(model, "fsdp_preferred", False),
     )
+    if hasattr(model, "materialize"):  # a meta-device LM, now sharded, reads its weights
+        model.materialize(runtime.device)
+    if init is not None:
+        say(f"initialised {checkpoint.init_weights(model, init)} tensors from {init}")
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = make_optimizer(model, config.optim)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule(config.optim, config.steps))
@@ -257,7 +312,8 @@ def fit(
 
     first_step = step
     losses: list[float] = []
-    meter = Meter(clock)
+    peak = config.peak_tflops * 1e12 if config.peak_tflops else runtime.peak_flops()
+    meter = Meter(clock, peak * runtime.world_size if peak else None, runtime.memory)
     terminal = runtime.is_main and stream.isatty()
     batches = runtime.batches(loader)
     checked = False
@@ -274,6 +330,7 @@ def fit(
                 sum(model.count_targets(b).long() for b in micro),
                 sum((b["segment_ids"] > 0).sum() for b in micro),
                 sum(b["image_mask"].sum() for b in micro),
+                sum(model.step_flops(b) for b in micro),
             ]
         ).to(runtime.device)
         counts = runtime.all_reduce_sum(counts)
@@ -294,7 +351,7 @@ def fit(
         runtime.step_done()
         step += 1
         loss = runtime.all_reduce_sum(step_loss) / targets
-        meter.add(loss, counts[1], counts[2])
+        meter.add(loss, counts[1], counts[2], counts[3])
         if step % config.log_every == 0 or step == config.steps:
             text, logged = meter.line(step, config.steps, lr, terminal)
             losses += logged
@@ -393,7 +450,9 @@ def run(
             from trainer.models.vila import build_vila
 
             objective, name = "vila", f"VILA stage {model_config.stage}"
-            model = build_vila(model_config)
+            # an LM that FSDP2 will shard is built on the meta device, each rank reading its part
+            meta = runtime.resolve_strategy(config.strategy, fsdp_preferred=True) == "fsdp"
+            model = build_vila(model_config, meta=meta)
             images = (model.image_size, model.image_mean, model.image_std)
         loader = make_loader(
             objective=objective,
@@ -409,16 +468,28 @@ def run(
             model = build_model(model_config, loader.spec)
         else:
             model.image_token_id = loader.spec.image_token_id
-            if model_config.init is not None:
-                count = checkpoint.init_weights(model, model_config.init)
-                if runtime.is_main:
-                    (stream or sys.stdout).write(
-                        f"initialised {count} tensors from {model_config.init}\n"
-                    )
         torch.manual_seed(config.seed + 1 + runtime.rank)  # dropout differs across ranks
-        settings = {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(config)}
+        spec = loader.spec
+        settings = {
+            "model": dataclasses.asdict(model_config),
+            "train": dataclasses.asdict(config),
+            # what rebuilds the model from its checkpoint (trainer.export)
+            "data": {
+                "vocab_size": spec.vocab_size,
+                "seq_len": spec.seq_len,
+                "image_token_id": spec.image_token_id,
+            },
+        }
         return fit(
-            model, loader, config, runtime, name=name, settings=settings, stream=stream, clock=clock
+            model,
+            loader,
+            config,
+            runtime,
+            name=name,
+            settings=settings,
+            stream=stream,
+            clock=clock,
+            init=getattr(model_config, "init", None),
         )
     finally:
         if owned:

@@ -5,24 +5,22 @@ removal of images below a minimum."""
 from __future__ import annotations
 
 import dataclasses
-import io
 from typing import Sequence
 
 import numpy as np
 
 from corpora.clip.loading import ClipModel
 from corpora.clip.settings import SCORE, SCORE_DECIMALS
-from corpora.record import Document, Drop, ImageChunk, TextChunk
+from corpora.record import Document, Drop, ImageChunk, TextChunk, open_image
 
 
 def decode_image(data: bytes | None):
     """Encoded image bytes → an RGB PIL image, or ``None`` if they do not decode."""
-    from PIL import Image
 
     if not data:
         return None
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with open_image(data) as image:
             return image.convert("RGB")
     except Exception:  # Pillow raises a zoo of types for corrupt data
         return None

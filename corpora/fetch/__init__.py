@@ -8,15 +8,22 @@ Nothing here raises for a bad URL or a bad image. One module per job:
   and :class:`ImageOutcome`, what each URL ends as;
 - :mod:`~corpora.fetch.guard`: which addresses may be connected to;
 - :mod:`~corpora.fetch.connections`: connections pinned to the checked
-  address, pooled, and the DNS answers they were checked against;
-- :mod:`~corpora.fetch.attempt`: one request (opt-out headers, size caps,
-  timeouts, file URLs);
+  address, pooled, the DNS answers they were checked against, and the
+  proxies they go through;
+- :mod:`~corpora.fetch.robots`: robots.txt (RFC 9309), a host's answer as a
+  verdict per URL and a ``Crawl-delay``;
+- :mod:`~corpora.fetch.tdmrep`: the TDM reservations a host declares in
+  ``/.well-known/tdmrep.json`` (W3C TDMRep);
+- :mod:`~corpora.fetch.attempt`: one request (opt-out and TDM headers, size
+  caps, timeouts, file URLs);
 - :mod:`~corpora.fetch.image`: decode, check, resize, re-encode;
-- :mod:`~corpora.fetch.politeness`: per-host concurrency, rate and pauses;
-- :mod:`~corpora.fetch.scheduler`: :class:`Fetcher`, many requests in flight;
+- :mod:`~corpora.fetch.politeness`: per-host concurrency, rate, pauses and
+  ``Crawl-delay``;
+- :mod:`~corpora.fetch.scheduler`: :class:`Fetcher`, many requests in
+  flight, each host's robots.txt asked first;
 - :mod:`~corpora.fetch.attach`: fetched images into their records;
-- :mod:`~corpora.fetch.accounting`: the manifest's ``images`` entry and
-  ``failures.parquet``;
+- :mod:`~corpora.fetch.accounting`: the manifest's ``images`` and
+  ``consent`` entries and ``failures.parquet``;
 - :mod:`~corpora.fetch.progress`: a worker's progress line.
 """
 

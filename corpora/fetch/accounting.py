@@ -1,4 +1,5 @@
-"""Per-image accounting: the manifest's ``images`` section and ``failures.parquet``.
+"""Per-image accounting: the manifest's ``images`` and ``consent`` sections
+and ``failures.parquet``.
 
 Every image that reaches the fetch stage ends as ``ok`` or as one named
 reason. The manifest says how many of each; ``failures.parquet`` beside the
@@ -12,9 +13,33 @@ from __future__ import annotations
 import itertools
 from typing import BinaryIO, Iterable, Mapping
 
+from corpora.fetch.robots import ROBOTS_TOKEN
 from corpora.funnel import current_reason
 
 FAILURES = "failures.parquet"
+HONOURED, IGNORED = "honoured", "ignored (--ignore-opt-out)"
+
+
+def consent_summary(settings) -> dict:
+    """The manifest's ``consent``: what the fetch honoured, said plainly,
+    and the user agent it sent (``settings``: a :class:`~corpora.fetch.FetchSettings`).
+
+    >>> from corpora.fetch.settings import FetchSettings
+    >>> summary = consent_summary(FetchSettings(respect_opt_out=False))
+    >>> summary["robots_txt"], summary["x_robots_tag"], summary["tdm_reservation"]
+    ('honoured', 'ignored (--ignore-opt-out)', 'ignored (--ignore-opt-out)')
+    """
+    opt_outs = HONOURED if settings.respect_opt_out else IGNORED
+    return {
+        "robots_txt": HONOURED,
+        "robots_token": ROBOTS_TOKEN,
+        "x_robots_tag": opt_outs,
+        "tdm_reservation": opt_outs,
+        "tdmrep_json": (opt_outs if settings.tdmrep else "not asked (--tdmrep asks)"),
+        "user_agent": settings.user_agent,
+    }
+
+
 FAILURE_COLUMNS = ("url", "reason", "status", "attempts")
 
 

@@ -1,5 +1,13 @@
 """One attempt at one URL: a body, a redirect to follow, or a named failure.
 
+The headers are read before the body: an image whose ``X-Robots-Tag`` opts
+out of AI use (:func:`opted_out`) or whose ``tdm-reservation`` header
+reserves text-and-data-mining rights (W3C TDMRep, :func:`tdm_reserved`) ends
+there, its body never read. A request for a host's policy file
+(``policy_file=True``: its robots.txt or tdmrep.json) skips those checks
+and keeps the first :data:`~corpora.fetch.robots.MAX_BYTES` of a longer
+file, as RFC 9309 asks.
+
 An attempt follows no redirect and retries nothing: the scheduler
 (:mod:`corpora.fetch.scheduler`) decides what a redirect or a transient
 failure leads to, so every hop and every retry is a new, checked attempt.
@@ -23,9 +31,11 @@ from typing import Callable, Iterable
 from corpora.fetch import connections
 from corpora.fetch.connections import ConnectionPool, DnsCache
 from corpora.fetch.guard import refusal
+from corpora.fetch.robots import MAX_BYTES as ROBOTS_MAX_BYTES
+from corpora.fetch.robots import ROBOTS_TOKEN
 from corpora.fetch.settings import FetchSettings
 
-OPT_OUT_DIRECTIVES = frozenset({"noai", "noimageai", "noindex", "noimageindex"})
+OPT_OUT_DIRECTIVES = frozenset({"noai", "noimageai", "noml", "noindex", "noimageindex"})
 _DIRECTIVES_WITH_VALUE = frozenset(
     {"max-image-preview", "max-snippet", "max-video-preview", "unavailable_after"}
 )
@@ -47,17 +57,21 @@ class Attempt:
     retry_after: float | None = None
 
 
-def opted_out(robots_tags: Iterable[str], agent_token: str = "corpora") -> bool:
+def opted_out(robots_tags: Iterable[str], agent_token: str = ROBOTS_TOKEN) -> bool:
     """Does an ``X-Robots-Tag`` forbid using the image for AI training?
 
-    Directives for every crawler, for ``*`` or for our own token count;
-    directives addressed to another crawler (``otherbot: noindex``) do not.
+    Directives for every crawler, for ``*``, for ``corpora`` or for the
+    user agent's own token count; directives addressed to another crawler
+    (``otherbot: noindex``) do not.
 
     >>> opted_out(["noai, noimageai"]), opted_out(["googlebot: noindex"]), opted_out(["none"])
     (True, False, False)
     >>> opted_out(["corpora: noimageindex"]), opted_out(["max-image-preview:large"])
     (True, False)
+    >>> opted_out(["noml"]), opted_out(["corpora: noml"], "lab"), opted_out(["lab: noml"], "lab")
+    (True, True, True)
     """
+    ours = (None, "*", ROBOTS_TOKEN, agent_token.lower())
     for value in robots_tags:
         scope = None  # a "bot:" prefix applies to the directives after it in the same header
         for part in value.split(","):
@@ -65,18 +79,28 @@ def opted_out(robots_tags: Iterable[str], agent_token: str = "corpora") -> bool:
             head, colon, rest = part.partition(":")
             if colon and head.strip() not in _DIRECTIVES_WITH_VALUE:
                 scope, part = head.strip(), rest.strip()
-            if part in OPT_OUT_DIRECTIVES and scope in (None, "*", agent_token.lower()):
+            if part in OPT_OUT_DIRECTIVES and scope in ours:
                 return True
     return False
 
 
-def agent_token(user_agent: str) -> str:
-    """The crawler token robots directives address us by.
+def tdm_reserved(values: Iterable[str]) -> bool:
+    """Does a ``tdm-reservation`` header (W3C TDMRep) reserve text and data
+    mining rights? ``1`` does; ``0`` or anything else does not.
 
-    >>> agent_token("mybot/1.0 (+https://example.org/bot)"), agent_token("  ")
+    >>> tdm_reserved(["1"]), tdm_reserved([" 1 "]), tdm_reserved(["0"]), tdm_reserved([])
+    (True, True, False, False)
+    """
+    return any(value.strip() == "1" for value in values)
+
+
+def agent_token(user_agent: str) -> str:
+    """The user agent's own product token (``corpora`` always counts too).
+
+    >>> agent_token("mybot/1.0 (+https://example.org/bot) corpora/0.1.0"), agent_token("  ")
     ('mybot', 'corpora')
     """
-    return user_agent.split("/", 1)[0].split()[0] if user_agent.strip() else "corpora"
+    return user_agent.split("/", 1)[0].split()[0] if user_agent.strip() else ROBOTS_TOKEN
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -173,8 +197,10 @@ def http_attempt(
     pool: ConnectionPool,
     dns: DnsCache,
     clock: Callable[[], float] = time.monotonic,
+    policy_file: bool = False,
 ) -> Attempt:
-    """One GET of an http(s) URL to a checked address, over a pooled connection."""
+    """One GET of an http(s) URL to a checked address, over a pooled
+    connection (through a proxy where ``pool.proxies`` names one)."""
     parts = urllib.parse.urlsplit(url)
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -189,15 +215,22 @@ def http_attempt(
         why = refusal(address, settings)
         if why:
             return Attempt(reason="blocked_address", detail=f"{why} ({address})")
-    key = (parts.scheme, host, port, addresses[0])
+    proxy = pool.proxies.for_target(parts.scheme, host) if pool.proxies else None
+    key = (parts.scheme, host, port, addresses[0], proxy)
     target = urllib.parse.quote(
         (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), safe=_URL_SAFE
     )
     headers = {
         "User-Agent": settings.user_agent,
-        "Accept": "image/*,*/*;q=0.8",
+        "Accept": "text/plain,application/json,*/*;q=0.5" if policy_file else "image/*,*/*;q=0.8",
         "Accept-Encoding": "identity",
     }
+    if proxy is not None and parts.scheme == "http":  # absolute form: the proxy routes by it
+        netloc = host if port == 80 else f"{host}:{port}"
+        target = f"http://{netloc}{target}"
+        if proxy.authorization:
+            headers["Proxy-Authorization"] = proxy.authorization
+    max_bytes = ROBOTS_MAX_BYTES if policy_file else settings.max_bytes
     deadline = clock() + settings.total_timeout
     conn = pool.get(key)
     reused = conn is not None
@@ -205,9 +238,11 @@ def http_attempt(
         if conn is None:
             args = (host, port, addresses[0], settings.read_timeout, settings.connect_timeout)
             if parts.scheme == "https":
-                conn = connections.PinnedHTTPSConnection(*args, context=connections.SSL_CONTEXT)
+                conn = connections.PinnedHTTPSConnection(
+                    *args, proxy=proxy, context=connections.SSL_CONTEXT
+                )
             else:
-                conn = connections.PinnedHTTPConnection(*args)
+                conn = connections.PinnedHTTPConnection(*args, proxy=proxy)
         try:
             conn.request("GET", target, headers=headers)
             sock = conn.sock  # outlives conn.close() when the response says Connection: close
@@ -226,6 +261,8 @@ def http_attempt(
     keep = False
     try:
         status = response.status
+        if policy_file and not 200 <= status < 300:  # "no robots.txt" comes once per host:
+            keep = _drained(response)  # keep the connection for its images
         if status in _REDIRECTS:
             location = response.getheader("Location")
             return Attempt(
@@ -239,12 +276,15 @@ def http_attempt(
             )
         if not 200 <= status < 300:
             return Attempt(reason=f"http_{status}", status=status)
-        if settings.respect_opt_out and opted_out(
-            response.headers.get_all("X-Robots-Tag") or (), agent_token(settings.user_agent)
-        ):
-            return Attempt(reason="opted_out", status=status)  # the body is never read
+        if settings.respect_opt_out and not policy_file:  # the body is never read
+            if opted_out(
+                response.headers.get_all("X-Robots-Tag") or (), agent_token(settings.user_agent)
+            ):
+                return Attempt(reason="opted_out", status=status)
+            if tdm_reserved(response.headers.get_all("tdm-reservation") or ()):
+                return Attempt(reason="tdm_reserved", status=status)
         length = response.getheader("Content-Length")
-        if length and length.strip().isdigit() and int(length) > settings.max_bytes:
+        if length and length.strip().isdigit() and int(length) > max_bytes and not policy_file:
             return Attempt(reason="too_large", status=status, detail=f"Content-Length {length}")
         body = bytearray()
         while True:
@@ -260,7 +300,9 @@ def http_attempt(
             if not chunk:
                 break
             body += chunk
-            if len(body) > settings.max_bytes:
+            if len(body) > max_bytes:
+                if policy_file:  # RFC 9309 2.5: the first 500 KiB are parsed, the rest ignored
+                    return Attempt(data=bytes(body[:max_bytes]), status=status)
                 return Attempt(
                     reason="too_large", status=status, detail=f"over {settings.max_bytes} bytes"
                 )
@@ -275,6 +317,14 @@ def http_attempt(
             pool.put(key, conn)
         else:
             conn.close()
+
+
+def _drained(response: http.client.HTTPResponse) -> bool:
+    """Read a short error body to its end; may the connection carry another request?"""
+    if response.length is None or response.length > 65536:
+        return False
+    response.read()
+    return not response.will_close
 
 
 def classify(exc: BaseException) -> Attempt:
@@ -292,9 +342,11 @@ def attempt(
     pool: ConnectionPool,
     dns: DnsCache,
     clock: Callable[[], float] = time.monotonic,
+    policy_file: bool = False,
 ) -> Attempt:
     """One attempt at ``url``: http(s), a ``file:`` URL or a plain local path
-    (local files only where :func:`read_file` allows them).
+    (local files only where :func:`read_file` allows them); ``policy_file``:
+    the URL is a host's robots.txt or tdmrep.json.
 
         >>> attempt("gopher://example.com/x", FetchSettings(), ConnectionPool(1), DnsCache()).reason
         'bad_scheme'
@@ -307,7 +359,7 @@ def attempt(
     if scheme in ("http", "https"):
         if not parts.hostname:
             return Attempt(reason="bad_url", detail="no host")
-        return http_attempt(url, settings, pool, dns, clock)
+        return http_attempt(url, settings, pool, dns, clock, policy_file)
     if scheme == "file" or (scheme == "" and url.startswith("/")):
         return read_file(url, settings, clock)
     return Attempt(reason="bad_scheme", detail=scheme or "no scheme")

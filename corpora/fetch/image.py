@@ -18,7 +18,6 @@ byte-equal.
 
 from __future__ import annotations
 
-import io
 import threading
 import warnings
 
@@ -30,6 +29,7 @@ from corpora.jpeg_draft import (
     reduced_scale,
     resized_size,
 )
+from corpora.record import open_image
 
 _RESIZES: dict[FetchSettings, "Resize"] = {}
 _RESIZES_LOCK = threading.Lock()
@@ -190,6 +190,13 @@ def _refused(reason: str, width: int, height: int) -> ImageOutcome:
     )
 
 
+# The most pixels the resize may make before its crop or pad (48 MiB of RGB):
+# a narrow image scaled on its shorter side grows with its aspect ratio (a
+# 1x12000 PNG to 336x4,032,000 at image_size 336); one that would pass this
+# is refused as too_many_pixels, before anything is decoded.
+MAX_RESIZED_PIXELS = 1 << 24
+
+
 def _process_image(data: bytes, settings: FetchSettings, reduced_decode: bool) -> ImageOutcome:
     from PIL import Image
 
@@ -198,7 +205,7 @@ def _process_image(data: bytes, settings: FetchSettings, reduced_decode: bool) -
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data))
+            image = open_image(data)
     except Image.DecompressionBombError as exc:
         return ImageOutcome(reason="too_many_pixels", detail=str(exc))
     except Exception:  # Pillow raises many types for non-images
@@ -213,6 +220,15 @@ def _process_image(data: bytes, settings: FetchSettings, reduced_decode: bool) -
             return _refused("image_too_small", width, height)
         if max(width, height) / min(width, height) > settings.max_aspect_ratio:
             return _refused("aspect_ratio_above_max", width, height)
+        resized = resized_size(width, height, settings.image_size, settings.resize_mode)
+        if settings.resize_mode != "no" and resized[0] * resized[1] > MAX_RESIZED_PIXELS:
+            return ImageOutcome(
+                reason="too_many_pixels",
+                original_width=width,
+                original_height=height,
+                detail=f"{width}x{height} would resize to {resized[0]}x{resized[1]} "
+                "before the crop",
+            )
         orientation = (
             image.getexif().get(0x0112, 1) if image.format in ("JPEG", "TIFF", "WEBP", "PNG") else 1
         )

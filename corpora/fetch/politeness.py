@@ -3,7 +3,9 @@
 A :class:`HostPolicy` decides when the next request to a host may start: at
 most ``max_concurrent`` requests in flight per host, at most ``rate`` request
 starts per second (a token bucket holding one second's worth, so a small
-burst starts at once), and a pause for a host that answered 429 or 503.
+burst starts at once), a pause for a host that answered 429 or 503, and for
+a host whose robots.txt asks for a ``Crawl-delay``, that many seconds
+between two starts.
 
 It is used by a single scheduler thread, so it holds no locks; the clock is
 passed in, which keeps it a pure, testable object.
@@ -48,6 +50,8 @@ class HostPolicy:
         self.max_concurrent = max_concurrent
         self.rate = rate
         self._hosts: dict[str, _Host] = {}
+        self._delays: dict[str, float] = {}  # host → Crawl-delay (seconds between starts)
+        self._last_start: dict[str, float] = {}
 
     def _host(self, host: str, now: float) -> _Host:
         state = self._hosts.get(host)
@@ -68,6 +72,12 @@ class HostPolicy:
                 return (1.0 - state.tokens) / self.rate
         if state.in_flight >= self.max_concurrent:
             return math.inf
+        delay = self._delays.get(host)
+        if delay is not None:
+            due = self._last_start.get(host, -math.inf) + delay
+            if now < due:
+                return due - now
+            self._last_start[host] = now
         state.in_flight += 1
         if self.rate > 0:
             state.tokens -= 1.0
@@ -84,6 +94,20 @@ class HostPolicy:
         """Start nothing more on ``host`` before ``until`` (it answered 429/503)."""
         state = self._hosts.get(host) or self._host(host, until)
         state.paused_until = max(state.paused_until, until)
+
+    def space(self, host: str, delay: float) -> None:
+        """Keep ``delay`` seconds between two starts on ``host`` (its robots.txt
+        ``Crawl-delay``), whatever the rate allows.
+
+        >>> policy = HostPolicy(max_concurrent=4, rate=0.0)
+        >>> policy.space("a.example", 2.0)
+        >>> policy.try_acquire("a.example", now=10.0), policy.try_acquire("a.example", now=11.5)
+        (0.0, 0.5)
+        >>> policy.try_acquire("a.example", now=12.0)
+        0.0
+        """
+        if delay > 0:
+            self._delays[host] = delay
 
     def in_flight(self, host: str) -> int:
         state = self._hosts.get(host)

@@ -7,7 +7,13 @@ politeness of :mod:`corpora.fetch.politeness`. Each :meth:`Fetcher.fetch`
 call runs one :class:`Schedule`, whose loop is
 
 1. :meth:`Schedule.admit`: retries that are due, then new URLs, read lazily
-   up to a look-ahead, so memory stays flat however long the list is;
+   up to a look-ahead, so memory stays flat however long the list is; a URL
+   of a host whose robots.txt (:mod:`corpora.fetch.robots`) is not known
+   yet waits while it is fetched, once per host, as a request like any
+   other (the same guard, timeouts, politeness, redirects and retries); a
+   URL robots.txt refuses ends there, without a request; with ``tdmrep``
+   set, the host's ``/.well-known/tdmrep.json`` (:mod:`corpora.fetch.tdmrep`)
+   is asked for next, the same way;
 2. :meth:`Schedule.start`: start what politeness allows;
 3. :meth:`Schedule.wait`: until a request or a decode finishes, or the next
    host or retry is due;
@@ -33,10 +39,12 @@ import urllib.parse
 from typing import Callable, Iterable, Iterator
 
 from corpora.fetch.attempt import Attempt, attempt
-from corpora.fetch.connections import ConnectionPool, DnsCache
+from corpora.fetch.connections import ConnectionPool, DnsCache, Proxies
 from corpora.fetch.image import process_image
 from corpora.fetch.politeness import HostPolicy
+from corpora.fetch.robots import Robots, RobotsBook, origin_of, robots_url
 from corpora.fetch.settings import TRANSIENT, FetchSettings, ImageOutcome
+from corpora.fetch.tdmrep import TdmRules, tdmrep_url
 
 # Per-host state of idle hosts is forgotten this often (seconds), so memory
 # stays flat over millions of hosts.
@@ -52,6 +60,11 @@ class Task:
     current: str
     attempts: int = 0
     hops: int = 0
+    # a request for a host's policy file: (ROBOTS or TDMREP, the origin it speaks for)
+    policy: tuple[str, str] | None = None
+
+
+ROBOTS, TDMREP = "robots.txt", "tdmrep.json"
 
 
 def host_of(url: str) -> str:
@@ -74,7 +87,10 @@ class Fetcher:
     ``clock`` and ``sleep`` are injectable, so a test can drive time.
     ``on_body(url, body, status)``, when set, receives each body as the server
     sent it, before it is decoded, on the thread that iterates ``fetch`` (the
-    image store keeps the originals this way).
+    image store keeps the originals this way). ``robots`` holds each host's
+    robots.txt verdict for the fetcher's life (the image store gives it a
+    keeper, so answers outlive a build); ``proxies``: the proxies requests go
+    through (by default those the environment names).
     """
 
     def __init__(
@@ -83,12 +99,17 @@ class Fetcher:
         sleep_cap: float = 0.25,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        robots: RobotsBook | None = None,
+        proxies: Proxies | None = None,
     ):
         self.settings = settings
         self.sleep_cap = sleep_cap
         self.clock = clock
         self.sleep = sleep
-        self.pool = ConnectionPool(settings.per_host_concurrency)
+        self.robots = robots or RobotsBook()
+        self.tdm: dict[str, TdmRules] = {}  # origin → its tdmrep.json rules (with settings.tdmrep)
+        proxies = Proxies.from_environment() if proxies is None else proxies
+        self.pool = ConnectionPool(settings.per_host_concurrency, proxies)
         self.dns = DnsCache(clock=clock)
         self.hosts = HostPolicy(settings.per_host_concurrency, settings.per_host_rate)
         self.io = concurrent.futures.ThreadPoolExecutor(
@@ -135,6 +156,8 @@ class Schedule:
         self.n_queued = 0
         self.waiting: list[tuple[float, int, Task]] = []  # (not before, tiebreak, task): retries
         self._tiebreak = itertools.count()
+        self.parked: dict[str, list[Task]] = {}  # origin → tasks waiting for a policy file
+        self.finals: collections.deque[ImageOutcome] = collections.deque()  # no request made
         self.requests: dict[concurrent.futures.Future, tuple[Task, str]] = {}
         self.decoding: dict[concurrent.futures.Future, tuple[Task, int | None]] = {}
         self.lookahead = self.settings.concurrency * 4
@@ -148,6 +171,9 @@ class Schedule:
             self.forget_idle_hosts(now)
             self.admit(now)
             wake = self.start(now)
+            while self.finals:
+                outcome = self.finals.popleft()
+                yield outcome.url, outcome
             if self.finished:
                 return
             if self.waiting:
@@ -163,7 +189,9 @@ class Schedule:
 
     @property
     def finished(self) -> bool:
-        return self.exhausted and not (self.in_flight or self.queued or self.waiting)
+        return self.exhausted and not (
+            self.in_flight or self.queued or self.waiting or self.parked or self.finals
+        )
 
     def forget_idle_hosts(self, now: float) -> None:
         if now - self._forgotten_at > FORGET_IDLE_EVERY:
@@ -171,8 +199,66 @@ class Schedule:
             self._forgotten_at = now
 
     def enqueue(self, task: Task) -> None:
+        """Queue ``task`` under its host once its policy files allow it.
+        ``n_queued`` counts image URLs queued or parked, policy file requests not."""
+        self.n_queued += task.policy is None
+        origin = None if task.policy else origin_of(task.current)
+        if origin is not None:
+            if origin in self.parked:
+                self.parked[origin].append(task)
+                return
+            robots = self.fetcher.robots.verdict(origin)
+            if robots is None:  # ask for robots.txt first, once
+                self.ask(ROBOTS, origin, robots_url(origin), task)
+                return
+            if self.refused(task, robots):
+                return
+            if self.settings.tdmrep and self.settings.respect_opt_out:
+                rules = self.fetcher.tdm.get(origin)
+                if rules is None:
+                    self.ask(TDMREP, origin, tdmrep_url(origin), task)
+                    return
+                if self.refused(task, rules):
+                    return
         self.queued.setdefault(host_of(task.current), collections.deque()).append(task)
-        self.n_queued += 1
+
+    def ask(self, kind: str, origin: str, url: str, task: Task) -> None:
+        """Park ``task`` until ``origin``'s policy file ``url`` has answered."""
+        self.parked[origin] = [task]
+        self.enqueue(Task(url, url, policy=(kind, origin)))
+
+    def refused(self, task: Task, verdict: Robots | TdmRules) -> bool:
+        """Does ``verdict`` refuse ``task``'s URL? Then it ends, without a request."""
+        reason = verdict.refusal(task.current)
+        if reason is None:
+            return False
+        self.n_queued -= 1
+        self.finals.append(
+            ImageOutcome(task.url, reason=reason, attempts=task.attempts, detail=verdict.detail)
+        )
+        return True
+
+    def learned(self, task: Task, result: Attempt) -> None:
+        """A policy file request ended: its verdict, then the tasks it held back."""
+        assert task.policy is not None
+        kind, origin = task.policy
+        if kind == TDMREP:  # no file, or no answer: nothing reserved
+            if len(self.fetcher.tdm) > 100_000:  # memory stays flat over millions of hosts
+                self.fetcher.tdm.clear()
+            self.fetcher.tdm[origin] = TdmRules.from_answer(result.status or 0, result.data or b"")
+        else:
+            book = self.fetcher.robots
+            if result.reason is None:
+                robots = book.learn(origin, result.status or 200, result.data or b"")
+            elif result.status and 400 <= result.status < 500 and result.status != 429:
+                robots = book.learn(origin, result.status)
+            else:
+                robots = book.fail(origin, result.reason or "", result.status, result.detail)
+            if robots.crawl_delay:
+                self.fetcher.hosts.space(host_of(origin), robots.crawl_delay)
+        for parked in self.parked.pop(origin, ()):
+            self.n_queued -= 1
+            self.enqueue(parked)
 
     def admit(self, now: float) -> None:
         """Queue the retries due by ``now``, then new URLs up to the look-ahead."""
@@ -201,10 +287,16 @@ class Schedule:
                     next_wake = min(next_wake, now + wait)
                     break
                 task = tasks.popleft()
-                self.n_queued -= 1
+                self.n_queued -= task.policy is None
                 task.attempts = task.attempts or 1
                 future = fetcher.io.submit(
-                    attempt, task.current, settings, fetcher.pool, fetcher.dns, fetcher.clock
+                    attempt,
+                    task.current,
+                    settings,
+                    fetcher.pool,
+                    fetcher.dns,
+                    fetcher.clock,
+                    task.policy is not None,
                 )
                 self.requests[future] = (task, host)
                 future.add_done_callback(self._completed.put)
@@ -243,7 +335,10 @@ class Schedule:
         if result.location is not None:
             return self.redirect(task, result)
         if result.reason is None:
-            self.decode(task, result)
+            if task.policy is not None:
+                self.learned(task, result)
+            else:
+                self.decode(task, result)
             return None
         if result.reason == "http_429" or result.status == 503:
             self.pause(task, host, result)
@@ -298,7 +393,10 @@ class Schedule:
         task.current = task.url
         heapq.heappush(self.waiting, (self.fetcher.clock() + delay, next(self._tiebreak), task))
 
-    def failed(self, task: Task, result: Attempt) -> ImageOutcome:
+    def failed(self, task: Task, result: Attempt) -> ImageOutcome | None:
+        if task.policy is not None:
+            self.learned(task, result)
+            return None
         return ImageOutcome(
             task.url,
             reason=result.reason,

@@ -9,7 +9,12 @@ import ipaddress
 import os
 import re
 
-USER_AGENT = "corpora/0.1 (+https://github.com/corpora-dev/corpora; multimodal corpus builder)"
+from corpora import MAX_IMAGE_SIZE, __version__
+from corpora.fetch.robots import ROBOTS_TOKEN
+
+# What every request says we are: the tool, its version, that it honours
+# robots.txt (and under which token); --contact adds the operator's address.
+USER_AGENT = f"{ROBOTS_TOKEN}/{__version__} (multimodal corpus builder; honours robots.txt)"
 RESIZE_MODES = ("no", "border", "keep_ratio", "keep_ratio_largest", "center_crop")
 
 # Every reason an image can fail with (the manifest's ``images.failed`` keys),
@@ -27,6 +32,9 @@ REASONS = (
     "http_5xx",
     "http_429",
     "opted_out",
+    "tdm_reserved",
+    "robots_disallowed",
+    "robots_unavailable",
     "too_large",
     "empty_body",
     "not_image",
@@ -62,6 +70,32 @@ def is_fetch_reason(reason: str) -> bool:
     return reason in REASONS or bool(_HTTP_STATUS.match(reason))
 
 
+def honest_agent(user_agent: str, contact: str = "") -> str:
+    """The User-Agent a build sends: ``user_agent`` with the ``corpora``
+    token kept (appended to one that lacks it, so robots.txt groups and
+    X-Robots-Tag directives for ``corpora`` still reach us) and ``contact``
+    added once.
+
+    >>> honest_agent(USER_AGENT, "mailto:data@lab.example")
+    'corpora/0.1.0 (multimodal corpus builder; honours robots.txt; +mailto:data@lab.example)'
+    >>> honest_agent("labbot/2.0 (+https://lab.example/bot)")
+    'labbot/2.0 (+https://lab.example/bot) corpora/0.1.0'
+    >>> honest_agent(honest_agent("labbot/2.0", "x@lab.example"), "x@lab.example")
+    'labbot/2.0 corpora/0.1.0 (+x@lab.example)'
+    """
+    agent = " ".join(user_agent.split()) or USER_AGENT
+    tokens = [word.split("/", 1)[0].lower() for word in agent.split()]
+    if ROBOTS_TOKEN not in tokens:
+        agent = f"{agent} {ROBOTS_TOKEN}/{__version__}"
+    contact = contact.strip()
+    if contact and contact not in agent:
+        if agent.endswith(")") and agent.startswith(f"{ROBOTS_TOKEN}/"):
+            agent = f"{agent[:-1]}; +{contact})"
+        else:
+            agent = f"{agent} (+{contact})"
+    return agent
+
+
 @dataclasses.dataclass(frozen=True)
 class FetchSettings:
     image_size: int = 256
@@ -74,7 +108,7 @@ class FetchSettings:
     max_bytes: int = 32 << 20
     max_redirects: int = 5
     min_image_size: int = 0
-    max_aspect_ratio: float = float("inf")
+    max_aspect_ratio: float = 64.0  # banners and separators past this; bounds the resize
     max_pixels: int = 89_478_485  # Pillow's decompression-bomb threshold
     allow_private_urls: bool = False
     # CIDRs let through the address guard, e.g. an internal mirror
@@ -82,7 +116,8 @@ class FetchSettings:
     # directories (absolute, links resolved) whose regular files a file:// URL or a
     # plain path may name; empty: every local file is refused as local_file
     allow_local_files: tuple[str, ...] = ()
-    user_agent: str = USER_AGENT
+    user_agent: str = USER_AGENT  # made honest: see honest_agent
+    contact: str = ""  # the operator's URL or e-mail address, added to the user agent
     concurrency: int = 64
     max_attempts: int = 3
     backoff_base: float = 1.0
@@ -90,7 +125,9 @@ class FetchSettings:
     max_retry_after: float = 120.0  # a longer Retry-After gives up at once
     per_host_concurrency: int = 4
     per_host_rate: float = 10.0  # request starts per second per host; 0: unlimited
+    # X-Robots-Tag and TDM reservations (robots.txt is honoured whatever this says)
     respect_opt_out: bool = True
+    tdmrep: bool = False  # read each host's /.well-known/tdmrep.json (W3C TDMRep) as well
     decode_threads: int = 0  # 0: one per core
     # a failures.parquet: fetch only the records holding these URLs
     retry_failures: str | None = None
@@ -98,10 +135,13 @@ class FetchSettings:
     progress_interval: float = 10.0  # seconds between progress lines on stderr; 0: none
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "user_agent", honest_agent(self.user_agent, self.contact))
         if self.resize_mode not in RESIZE_MODES:
             raise ValueError(
                 f"unknown resize mode {self.resize_mode!r}; one of {', '.join(RESIZE_MODES)}"
             )
+        if not 1 <= self.image_size <= MAX_IMAGE_SIZE:
+            raise ValueError(f"image size must be in 1..{MAX_IMAGE_SIZE}, got {self.image_size}")
         if not 1 <= self.jpeg_quality <= 100:
             raise ValueError(f"jpeg quality must be in 1..100, got {self.jpeg_quality}")
         for name in ("concurrency", "max_attempts", "per_host_concurrency"):
@@ -114,8 +154,13 @@ class FetchSettings:
                 raise ValueError(
                     f"{name.replace('_', ' ')} must be positive, got {getattr(self, name)}"
                 )
-        if self.max_aspect_ratio < 1:
+        if not self.max_aspect_ratio >= 1:  # NaN too
             raise ValueError(f"max aspect ratio must be at least 1, got {self.max_aspect_ratio}")
+        for name in ("per_host_rate", "progress_interval"):
+            value = getattr(self, name)
+            if not 0 <= value < float("inf"):  # NaN too
+                what = name.replace("_", " ")
+                raise ValueError(f"{what} must be a number at least 0, got {value}")
         for directory in self.allow_local_files:
             if not os.path.isabs(directory):
                 raise ValueError(f"--allow-local-files needs an absolute path, got {directory!r}")

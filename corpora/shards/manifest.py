@@ -7,7 +7,7 @@ from typing import Any, Iterable
 
 from corpora import FORMAT, __version__
 from corpora.catalog import get as get_corpus
-from corpora.fetch.accounting import image_summary
+from corpora.fetch.accounting import consent_summary, image_summary
 from corpora.funnel import make_funnel
 from corpora.settings import BuildSettings
 from corpora.shards.writing import shard_pattern
@@ -67,6 +67,7 @@ def build_manifest(
     }
     if images is not None:  # every image that reached the fetch stage: ok or one reason
         manifest["images"] = image_summary(images)
+        manifest["consent"] = consent_summary(settings.fetch)  # what the fetch honoured
     if images_removed is not None:
         # images that documents the build kept lost to a filter, by reason
         manifest["images_removed"] = {

@@ -29,19 +29,75 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from corpora import MAX_IMAGE_SIZE, MAX_SEQ_LEN
+from corpora.record import open_image
 from corpora.shards.manifest import MANIFEST
 from corpora.shards.writing import ARRAYS
+
+# What a reader accepts from a build, whatever its manifest says: a shard
+# member is a regular file of at most MAX_MEMBER_BYTES (the largest a build
+# writes is a sample's json or one resized JPEG); arrays are one-dimensional,
+# of an integer type, at most MAX_SEQ_LEN long (positions are int32; no
+# model's context comes near); a stored image decodes to at most
+# MAX_IMAGE_PIXELS. Anything else is refused with a ValueError before it is
+# allocated.
+MAX_MEMBER_BYTES = 64 << 20
+MAX_IMAGE_PIXELS = 1 << 26
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def strict_json(data: bytes | str) -> Any:
+    """JSON as a build writes it: no NaN or Infinity, no nesting deep enough
+    to exhaust the stack (``ValueError`` for either)."""
+    try:
+        return json.loads(data, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def _array(data: bytes, name: str) -> np.ndarray:
+    """A ``.npy`` member, its header checked before anything is allocated."""
+    stream = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(stream)
+        read = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
+        shape, fortran, dtype = read(stream)
+    except Exception as exc:
+        raise ValueError(f"{name} is not an array ({exc})") from None
+    if len(shape) != 1 or dtype.kind not in "iu" or not 0 < shape[0] <= MAX_SEQ_LEN:
+        raise ValueError(f"{name} has shape {shape} and type {dtype}, not [seq_len] integers")
+    if len(data) - stream.tell() != shape[0] * dtype.itemsize:
+        raise ValueError(f"{name} holds {len(data) - stream.tell()} bytes for shape {shape}")
+    return np.load(io.BytesIO(data), allow_pickle=False)
+
+
+def check_member(member: tarfile.TarInfo) -> None:
+    """Raise ``ValueError`` for a shard member a build never writes: one that
+    is not a regular file (a link, a device, a sparse file declaring more
+    than it holds) or is larger than :data:`MAX_MEMBER_BYTES`."""
+    if not member.isfile() or member.issparse():
+        raise ValueError(f"member {member.name!r} is not a regular file")
+    if member.size > MAX_MEMBER_BYTES:
+        raise ValueError(f"member {member.name!r} declares {member.size} bytes")
 
 
 def iter_tar_samples(stream: BinaryIO) -> Iterator[dict[str, Any]]:
     """Read a shard back: one dict per sample with ``__key__``, the arrays,
-    ``images`` (list of JPEG bytes in slot order) and ``json``."""
+    ``images`` (list of JPEG bytes in slot order) and ``json``. A member
+    that is not a regular file, or is larger than :data:`MAX_MEMBER_BYTES`,
+    and an array or json that a build would not write raise ``ValueError``."""
     current: dict[str, Any] | None = None
     with tarfile.open(fileobj=stream, mode="r|") as tar:
         while (member := tar.next()) is not None:
             tar.members.clear()  # a stream is read once; keeping headers would grow with the shard
-            if not member.isfile():
-                continue
+            check_member(member)
             key, _, extension = member.name.rpartition("/")[2].partition(".")
             data = tar.extractfile(member).read()  # type: ignore[union-attr]
             if current is None or current["__key__"] != key:
@@ -49,11 +105,11 @@ def iter_tar_samples(stream: BinaryIO) -> Iterator[dict[str, Any]]:
                     yield current
                 current = {"__key__": key, "images": []}
             if extension.endswith(".npy"):
-                current[extension[:-4]] = np.load(io.BytesIO(data), allow_pickle=False)
+                current[extension[:-4]] = _array(data, member.name)
             elif extension.startswith("img"):
                 current["images"].append(data)
             elif extension == "json":
-                current["json"] = json.loads(data)
+                current["json"] = strict_json(data)
     if current is not None:
         yield current
 
@@ -110,16 +166,27 @@ def open_url(url: str) -> BinaryIO:
     return fsspec.open(url, "rb").open()
 
 
-def load_manifest(location: str) -> dict[str, Any]:
-    """The manifest of a build: ``location`` is its directory or the file."""
-    url = location if location.endswith(".json") else _join(location, MANIFEST)
-    with open_url(url) as stream:
-        return json.loads(stream.read())
-
-
 class BuildInputError(ValueError):
     """A path that is not a build, its manifest or one of its shards, or a
     shard that does not match its manifest; the message is one line for the user."""
+
+
+def load_manifest(location: str) -> dict[str, Any]:
+    """The manifest of a build: ``location`` is its directory or the file.
+    Raises :class:`BuildInputError` for one that is not a corpora manifest
+    (:func:`check_manifest`), ``FileNotFoundError`` where there is none."""
+    named = location.endswith(".json") or ("://" not in location and os.path.isfile(location))
+    url = location if named else _join(location, MANIFEST)
+    with open_url(url) as stream:
+        data = stream.read(MAX_MEMBER_BYTES + 1)
+    try:
+        if len(data) > MAX_MEMBER_BYTES:
+            raise ValueError(f"larger than {MAX_MEMBER_BYTES} bytes")
+        manifest = strict_json(data)
+        check_manifest(manifest)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BuildInputError(f"not a corpora manifest: {url} ({exc})") from None
+    return manifest
 
 
 def shard_url(location: str, path: Any) -> str:
@@ -168,20 +235,47 @@ class BuildFiles:
     whole: bool  # every shard of the build, not one shard given alone
 
 
-_MANIFEST_KEYS = ("image_token_id", "bos_id", "eos_id", "tokens_per_image")
+_MANIFEST_KEYS = ("image_token_id", "bos_id", "eos_id", "pad_id")
 _SHARD_KEYS = {"path": str, "samples": int, "bytes": int, "sha256": str}
 
 
-def _check_manifest(manifest: Any) -> None:
-    """Raise ``ValueError`` naming the first field of a manifest whose type is wrong."""
+def _integer(manifest: dict[str, Any], key: str, low: int, high: int) -> int:
+    value = manifest.get(key)
+    if type(value) is not int or not low <= value <= high:
+        raise ValueError(f"{key} is {value!r}, not an integer in [{low}, {high}]")
+    return value
+
+
+def check_manifest(manifest: Any) -> None:
+    """Raise ``ValueError`` naming the first field of a manifest whose type or
+    range is wrong: every field a reader uses is checked here, once, for
+    ``stats``, ``report``, ``inspect``, ``train data`` and ``energon-prepare``.
+
+    >>> check_manifest({"seq_len": 64, "tokens_per_image": 0})
+    Traceback (most recent call last):
+    ...
+    ValueError: tokens_per_image is 0, not an integer in [1, 64]
+    """
     if not isinstance(manifest, dict):
         raise ValueError("not a JSON object")
+    seq_len = _integer(manifest, "seq_len", 1, MAX_SEQ_LEN)
+    _integer(manifest, "tokens_per_image", 1, seq_len)
     for key in _MANIFEST_KEYS:
-        if type(manifest.get(key)) is not int:
-            raise ValueError(f"{key} is {manifest.get(key)!r}, not an integer")
+        _integer(manifest, key, -1, (1 << 31) - 1)
+    if "max_images_per_sample" in manifest:
+        _integer(manifest, "max_images_per_sample", 0, seq_len)
+    size = manifest.get("image_size", 1)
+    sides = size if isinstance(size, list) and len(size) == 2 else [size]
+    if not all(type(side) is int and 0 < side <= MAX_IMAGE_SIZE for side in sides):
+        raise ValueError(f"image_size is {size!r}")
+    for key in ("format", "corpus"):
+        if key in manifest and not isinstance(manifest[key], str):
+            raise ValueError(f"{key} is {manifest[key]!r}, not a string")
     tokenizer = manifest.get("tokenizer")
     if tokenizer is not None and not (
-        isinstance(tokenizer, dict) and isinstance(tokenizer.get("path", ""), (str, type(None)))
+        isinstance(tokenizer, dict)
+        and isinstance(tokenizer.get("path", ""), (str, type(None)))
+        and isinstance(tokenizer.get("sha256", ""), (str, type(None)))
     ):
         raise ValueError(f"tokenizer is {tokenizer!r}")
     if not isinstance(manifest.get("shards"), list):
@@ -215,11 +309,7 @@ def locate(path: str, need_manifest: bool = True, verify: bool = False) -> Build
         if given is not None and not need_manifest:
             return BuildFiles(None, [given], whole=False)
         raise BuildInputError(f"no {MANIFEST} in {os.path.dirname(manifest_path) or '.'}")
-    try:
-        manifest = load_manifest(manifest_path)
-        _check_manifest(manifest)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise BuildInputError(f"not a corpora manifest: {manifest_path} ({exc})") from None
+    manifest = load_manifest(manifest_path)
     listed = [shard["path"] for shard in manifest["shards"]]
     if given is not None:
         build = BuildFiles(manifest, [given], whole=[os.path.basename(given)] == listed)
@@ -251,11 +341,14 @@ def check_shard(url: str, manifest: dict[str, Any]) -> None:
         raise BuildInputError(f"unreadable shard {url}: {exc}") from None
 
 
-def _decode_image(data: bytes):
-    from PIL import Image
-
-    image = Image.open(io.BytesIO(data))
-    image.load()
+def _decode_image(data: bytes, url: str, key: str):
+    try:
+        image = open_image(data)
+        if image.width * image.height > MAX_IMAGE_PIXELS:
+            raise ValueError(f"a stored image of {image.width}x{image.height} pixels")
+        image.load()
+    except Exception as exc:  # Pillow raises many types for data that is no image
+        raise ValueError(f"{url}: sample {key}: an image that does not decode ({exc})") from None
     return image
 
 
@@ -263,6 +356,9 @@ def to_sample(raw: dict[str, Any], url: str, decode_images: bool = True) -> Samp
     missing = [name for name in ARRAYS if name not in raw]
     if missing:
         raise ValueError(f"{url}: sample {raw['__key__']} has no {', '.join(missing)}")
+    shapes = {raw[name].shape for name in ARRAYS}
+    if len(shapes) != 1:
+        raise ValueError(f"{url}: sample {raw['__key__']} has arrays of shapes {sorted(shapes)}")
     images = raw["images"]
     described = raw.get("json", {})
     documents = described.get("documents", []) if isinstance(described, dict) else None
@@ -274,7 +370,9 @@ def to_sample(raw: dict[str, Any], url: str, decode_images: bool = True) -> Samp
         input_ids=raw["input_ids"],
         segment_ids=raw["segment_ids"],
         positions=raw["positions"],
-        images=[_decode_image(data) for data in images] if decode_images else list(images),
+        images=[_decode_image(data, url, raw["__key__"]) for data in images]
+        if decode_images
+        else list(images),
         documents=list(documents),
     )
 
@@ -344,9 +442,9 @@ def verify_shard(url: str, entry: dict[str, Any]) -> None:
 def verify_build(location: str) -> list[str]:
     """Check every shard of a build against its manifest; the problems found
     (missing, mismatched or outside the build), empty when the build is intact."""
-    manifest = load_manifest(location)
     problems = []
     try:
+        manifest = load_manifest(location)
         urls = shard_urls(location, manifest)
     except BuildInputError as exc:
         return [str(exc)]
@@ -368,8 +466,14 @@ def text_decoder(manifest: dict[str, Any] | None) -> Callable[[Sequence[int]], s
         return None
     import sentencepiece as spm
 
-    processor = spm.SentencePieceProcessor(model_file=path)
-    return lambda ids: processor.decode([int(i) for i in ids])
+    try:
+        processor = spm.SentencePieceProcessor(model_file=path)
+    except Exception:  # the manifest names a file that is not a SentencePiece model
+        raise BuildInputError(
+            f"the manifest's tokenizer {path} is not a SentencePiece model"
+        ) from None
+    size = processor.get_piece_size()
+    return lambda ids: processor.decode([int(i) for i in ids if 0 <= int(i) < size])
 
 
 def segment_parts(

@@ -24,7 +24,9 @@ import functools
 import hashlib
 import io
 import json
+import os
 import tarfile
+import uuid
 from typing import Any, BinaryIO, Iterable
 
 import numpy as np
@@ -203,3 +205,27 @@ def write_shard(stream: BinaryIO, samples: Iterable[tuple[str, PackedSequence]])
         "bytes": writer.size,
         "sha256": writer.sha256.hexdigest(),
     }
+
+
+def write_into(path: str, data: bytes) -> None:
+    """``data`` at the local ``path`` (a file a reader adds to a build:
+    ``report.html``, energon's ``.tar.idx`` and ``.nv-meta``), never written
+    through a link someone planted there: the bytes go to a new temporary
+    file beside it, created exclusively without following links, that is
+    renamed over ``path`` (a link at ``path`` is replaced, not followed). A
+    folder on the way that is a link is refused with ``OSError``."""
+    directory = os.path.dirname(path) or "."
+    if os.path.islink(directory):
+        raise OSError(f"{directory} is a link: not writing through it")
+    os.makedirs(directory, exist_ok=True)
+    temporary = f"{path}.tmp-{uuid.uuid4().hex}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    handle = os.fdopen(os.open(temporary, flags, 0o644), "wb")
+    try:
+        with handle:
+            handle.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.lexists(temporary):
+            os.unlink(temporary)
+        raise

@@ -15,8 +15,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Mapping
 
+import numpy as np
+
 from corpora import filters
-from corpora.inputs import InputError, _seekable, basename, type_name
+from corpora.inputs import MAX_LINE_BYTES, InputError, _seekable, basename, type_name
 from corpora.record import Document, Drop, ImageChunk, TextChunk
 from corpora.spec import CLIP_PAIRS, CorpusSpec, Option, in_range, zero_is_off
 
@@ -65,11 +67,11 @@ def arrow_schema():
     return pa.schema([(name, pa.type_for_alias(kind)) for name, kind in SCHEMA.items()])
 
 
-def _open(stream: BinaryIO, path: str):
+def _open(stream: BinaryIO, path: str, read_dictionary: Iterable[str] = ()):
     import pyarrow.parquet as pq
 
     try:
-        return pq.ParquetFile(_seekable(stream))
+        return pq.ParquetFile(_seekable(stream), read_dictionary=list(read_dictionary) or None)
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
         raise InputError(f"{path}: not a parquet file ({str(exc).splitlines()[0]})") from None
 
@@ -93,6 +95,11 @@ def check_schema(schema, path: str, required: Iterable[str] = REQUIRED) -> None:
     """Raise :class:`InputError` naming the file and the first required column
     it lacks, or the first COYO column whose type is not COYO's."""
     names = set(schema.names)
+    for column in COLUMNS:
+        if schema.names.count(column) > 1:
+            raise InputError(
+                f"{path}: column {column!r} appears {schema.names.count(column)} times"
+            )
     for column in required:
         if column not in names:
             raise InputError(
@@ -207,37 +214,98 @@ def parse_row(row: dict[str, Any], where: str, corpus: str = "coyo") -> Document
     )
 
 
+# The text a batch of rows turns into Python strings at once: a batch of
+# long texts is taken a slice at a time, so memory follows this, not the rows.
+SLICE_BYTES = 64 << 20
+
+
+def _string_lengths(array):
+    """The byte length of each value of a string or dictionary-of-strings
+    column, from its offsets: no value is copied."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(array.type):
+        return pc.take(pc.binary_length(array.dictionary), array.indices)
+    return pc.binary_length(array)
+
+
+def _values(array) -> list:
+    """A column slice as Python values, strings as ``bytes`` (parse_row
+    decodes them and drops what is not UTF-8)."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+        array = array.view(pa.binary() if pa.types.is_string(array.type) else pa.large_binary())
+    return array.to_pylist()
+
+
 def read(
     stream: BinaryIO,
     path: str,
     corpus: str = "coyo",
     required: Iterable[str] = REQUIRED,
     batch_rows: int = BATCH_ROWS,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> Iterator[Document | Drop]:
-    """The records of one COYO parquet file, one row-group batch at a time."""
-    import pyarrow as pa
+    """The records of one COYO parquet file, one row-group batch at a time.
 
-    parquet = _open(stream, path)
+    String columns are read as they are stored (a dictionary stays one), and
+    each value's length is checked from the offsets before it becomes a
+    Python string: a row holding a value over ``max_line_bytes`` is dropped
+    as ``line_too_long``, and a batch's text is turned into strings at most
+    :data:`SLICE_BYTES` at a time."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    source = _seekable(stream)  # read twice: the schema, then the rows
+    parquet = _open(source, path)
     names = parquet.schema_arrow.names
     check_schema(parquet.schema_arrow, path, required)
     columns = [c for c in COLUMNS if c in names]
+    texts = [c for c in columns if SCHEMA[c] == "string"]
+    dictionary = _open(source, path, read_dictionary=texts)
     name = basename(path)
     row_number = 0
     try:
-        for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
-            arrays = {}
-            for column in columns:
-                array = batch.column(column)
-                if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-                    array = array.view(
-                        pa.binary() if pa.types.is_string(array.type) else pa.large_binary()
+        for batch in dictionary.iter_batches(batch_size=batch_rows, columns=columns):
+            lengths = [
+                _string_lengths(batch.column(c)).fill_null(0).to_numpy(zero_copy_only=False)
+                for c in texts
+                if not pa.types.is_null(batch.column(c).type)
+            ]
+            longest = np.max(lengths, axis=0) if lengths else np.zeros(batch.num_rows, np.int64)
+            total = np.sum(lengths, axis=0) if lengths else np.zeros(batch.num_rows, np.int64)
+            start = 0
+            while start < batch.num_rows:
+                # as many rows as fit in SLICE_BYTES of text, one at least
+                fits = np.searchsorted(np.cumsum(total[start:]), SLICE_BYTES, side="right")
+                end = start + max(1, int(fits))
+                part = batch.slice(start, end - start)
+                over = pc.greater(pa.array(longest[start:end]), max_line_bytes)
+                arrays = {
+                    c: _values(
+                        pc.if_else(over, pa.scalar(None, part.column(c).type), part.column(c))
+                        if c in texts and pc.any(over).as_py()
+                        else part.column(c)
                     )
-                arrays[column] = array.to_pylist()
-            for index in range(batch.num_rows):
-                row_number += 1
-                yield parse_row(
-                    {c: arrays[c][index] for c in columns}, f"{name}:{row_number}", corpus
-                )
+                    for c in columns
+                }
+                for index in range(end - start):
+                    row_number += 1
+                    where = f"{name}:{row_number}"
+                    if longest[start + index] > max_line_bytes:
+                        yield Drop(
+                            "line_too_long",
+                            where,
+                            detail=f"a value of {int(longest[start + index])} bytes, "
+                            f"over the {max_line_bytes} cap",
+                        )
+                        continue
+                    yield parse_row({c: arrays[c][index] for c in columns}, where, corpus)
+                start = end
     except (OSError, pa.ArrowException) as exc:
         raise InputError(f"{path}: {str(exc).splitlines()[0]}") from exc
 
@@ -258,7 +326,13 @@ def required_columns(options: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def read_records(stream: BinaryIO, path: str, settings: BuildSettings) -> Iterator[Document | Drop]:
-    return read(stream, path, settings.corpus, required_columns(settings.corpus_options))
+    return read(
+        stream,
+        path,
+        settings.corpus,
+        required_columns(settings.corpus_options),
+        max_line_bytes=settings.max_line_bytes,
+    )
 
 
 def check_input(stream: BinaryIO, path: str, settings: BuildSettings) -> None:

@@ -204,12 +204,12 @@ def column_order(header: list[str] | None, path: str) -> list[int] | None:
 
 def check(stream: BinaryIO, path: str, max_line_bytes: int = MAX_LINE_BYTES) -> None:
     """Raise :class:`InputError` naming the file unless it starts with WIT's header."""
-    _prepare_csv()
+    _prepare_csv(max_line_bytes)
     try:
         text = io.TextIOWrapper(
             decompressed(stream, path), encoding="utf-8-sig", errors="replace", newline=""
         )
-        lines = _capped_lines(text, max_line_bytes, [0])
+        lines = _capped_lines(text, max_line_bytes, [0], [0, 0])
         column_order(next(csv.reader(lines, delimiter="\t"), None), path)
     except _LongLine as long:
         raise InputError(f"{path}: not a WIT file: a first line of {long.length} characters")
@@ -225,27 +225,43 @@ class _LongLine(Exception):
         self.length = length
 
 
-def _capped_lines(text: io.TextIOBase, limit: int, count: list[int]) -> Iterator[str]:
+def _capped_lines(
+    text: io.TextIOBase, limit: int, count: list[int], row: list[int]
+) -> Iterator[str]:
     """The physical lines of ``text`` for the csv reader, counted in
-    ``count[0]``; a line longer than ``limit`` characters is read past in
-    pieces and raises :class:`_LongLine`, which ends this iterator."""
+    ``count[0]``. A line longer than ``limit`` characters, or one that takes
+    the row being read (``row``: its characters and quote characters so far,
+    reset by the caller at each row) past ``limit``, is read past in pieces,
+    with the rest of a quoted field it is in, and raises :class:`_LongLine`,
+    which ends this iterator."""
     while True:
         line = text.readline(limit + 2)  # +2: the longest line allowed and its \r\n
         if not line:
             return
         count[0] += 1
-        if len(line) == limit + 2 and line[-1] not in "\r\n":
-            length = len(line)
-            while line and line[-1] not in "\r\n":
+        row[0] += len(line)
+        row[1] += line.count('"')
+        if len(line) == limit + 2 and line[-1] not in "\r\n" or row[0] > limit:
+            length = row[0]
+            while line and line[-1] not in "\r\n":  # the rest of this line
                 line = text.readline(1 << 20)
                 length += len(line)
+                row[1] += line.count('"')
+            while row[1] % 2:  # a quote left open: its field goes on to the quote that closes it
+                line = text.readline(1 << 20)
+                if not line:
+                    break
+                count[0] += line.endswith("\n")
+                length += len(line)
+                row[1] += line.count('"')
             raise _LongLine(length)
         yield line
 
 
-def _prepare_csv() -> None:
-    if csv.field_size_limit() < _FIELD_SIZE_LIMIT:
-        csv.field_size_limit(_FIELD_SIZE_LIMIT)
+def _prepare_csv(max_line_bytes: int) -> None:
+    """A field is capped like a line: a quote left open would otherwise
+    gather every line after it into one field, however many."""
+    csv.field_size_limit(min(max_line_bytes, _FIELD_SIZE_LIMIT))
 
 
 def read(
@@ -266,20 +282,22 @@ def read(
     the next line (the rest of a quoted field it cut reads as rows of its own,
     each dropped with its reason).
     """
-    _prepare_csv()
+    _prepare_csv(max_line_bytes)
     name = basename(path)
     try:
         text = io.TextIOWrapper(
             decompressed(stream, path), encoding="utf-8-sig", errors="surrogateescape", newline=""
         )
         count = [0]  # physical lines read, the header's included
-        reader = csv.reader(_capped_lines(text, max_line_bytes, count), delimiter="\t")
+        row = [0, 0]  # characters and quote characters of the row being read
+        reader = csv.reader(_capped_lines(text, max_line_bytes, count, row), delimiter="\t")
         try:
             order = column_order(next(reader, None), path)
         except _LongLine as long:
             raise InputError(f"{path}: not a WIT file: a first line of {long.length} characters")
         while True:
             line = count[0] + 1
+            row[:] = [0, 0]
             try:
                 values = next(reader)
             except StopIteration:
@@ -293,7 +311,7 @@ def read(
                     f"{name}:{line}",
                     detail=f"{long.length} characters, over the {max_line_bytes} cap",
                 )
-                reader = csv.reader(_capped_lines(text, max_line_bytes, count), delimiter="\t")
+                reader = csv.reader(_capped_lines(text, max_line_bytes, count, row), delimiter="\t")
                 continue
             if not any(v.strip() for v in values):
                 continue

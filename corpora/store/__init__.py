@@ -40,6 +40,7 @@ from corpora.store.index import StoreIndex
 from corpora.store.keys import StoreError, check_split_names, image_key, split_name
 from corpora.store.layout import ImageStore
 from corpora.store.outcomes import (
+    RECHECKED,
     RETRYABLE,
     UNKNOWN,
     Failed,
@@ -53,6 +54,7 @@ from corpora.store.reader import ImageReader
 from corpora.store.writer import StoreSpec, StoreWriter, identify
 
 __all__ = [
+    "RECHECKED",
     "RETRYABLE",
     "UNKNOWN",
     "Failed",

@@ -11,13 +11,16 @@ direct fetch gives, from the first place that has it:
    store writes the bytes a direct fetch would, at any ``--image-size`` and
    ``--resize-mode``; a recorded failure is that failure again, unless
    :func:`~corpora.store.needs_fetch` says to try it once more
-   (``--refetch-failures``: timeouts, connection errors, 5xx, 429; never an
-   opt-out);
+   (``--refetch-failures``: timeouts, connection errors, 5xx, 429, the
+   failures of a build's limits and robots.txt; never an opt-out);
 3. the network, through the :class:`~corpora.fetch.Fetcher`, whose
    ``on_body`` hook hands each body to the split's
-   :class:`~corpora.store.StoreWriter` as it arrives; failures without a
-   body are recorded too, except those that depend on this build's own
-   settings (:data:`NOT_RECORDED`), which another build may not share.
+   :class:`~corpora.store.StoreWriter` as it arrives; every failure without
+   a body is recorded too (a redirect loop, a robots.txt refusal …), so a
+   rebuild asks for none of them, except those that depend on this build's
+   own settings (:data:`NOT_RECORDED`), which another build may not share.
+   The fetcher's robots.txt answers are kept in the store as well
+   (:meth:`~corpora.store.ImageStore.robots`).
 
 Each answer says where it came from (:data:`ARRIVALS`), so the manifest can
 count how the images arrived. Outcomes are committed to the store after each
@@ -42,11 +45,13 @@ from corpora.store.writer import StoreWriter
 
 FETCHED, STORE, IMG2DATASET = "fetched", "store", "img2dataset"
 ARRIVALS = (FETCHED, STORE, IMG2DATASET)
+# Opt-outs: fetched again only with --ignore-opt-out.
+OPT_OUTS = frozenset({"opted_out", "tdm_reserved"})
 # Failures that say more about this build's settings than about the image: local
-# files, the address guard's networks, --max-image-bytes, the redirect cap.
-# Another build may allow them, so they are not kept (and one a store kept before
-# is not believed).
-NOT_RECORDED = frozenset(SETTINGS_REASONS)
+# files, the address guard's networks, --max-image-bytes. Another build may allow
+# them, so they are not kept (and one a store kept before is not believed). A
+# redirect loop is the server's doing (the redirect cap is fixed): it is kept.
+NOT_RECORDED = frozenset(SETTINGS_REASONS) - {"too_many_redirects"}
 
 
 def outcome_of_failure(url: str, failed: Failed) -> ImageOutcome:
@@ -114,7 +119,7 @@ class StoreFetch:
         return found
 
     def _wants(self, found: Stored | Failed | Unknown) -> bool:
-        if isinstance(found, Failed) and found.reason == "opted_out":
+        if isinstance(found, Failed) and found.reason in OPT_OUTS:
             return not self._respect_opt_out  # --ignore-opt-out asks for them
         if isinstance(found, Failed) and (found.url in self._again or found.reason in NOT_RECORDED):
             return True
@@ -167,6 +172,8 @@ class StoreFetch:
         if not to_fetch:
             return
         self._fetching, self._bodies = to_fetch, set()
+        if self.store is not None and self._fetcher.robots.keeper is None:
+            self._fetcher.robots.keeper = self.store.robots()
         try:
             for url, outcome in self._fetcher.fetch(to_fetch):
                 if (

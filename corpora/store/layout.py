@@ -6,6 +6,7 @@
     {root}/splits/{split}/part-{w}-{n}.tar     WebDataset tar: {key}.jpg|png|… + {key}.json
     {root}/splits/{split}/part-{w}-{n}.parquet one row per URL: its outcome (the part's commit)
     {root}/splits/{split}/complete.json        the split's marker: every URL of it is recorded
+    {root}/robots/{key}.json                   a host's robots.txt answer and when it came
 
 A split is one input file (:func:`~corpora.store.keys.split_name`). Its
 state is ``complete`` (the marker exists: a build neither reads its URLs
@@ -31,6 +32,7 @@ from corpora.store.keys import (
     split_dir,
 )
 from corpora.store.outcomes import Outcome, Stored
+from corpora.store.robots import RobotsFiles
 from corpora.store.writer import StoreSpec, StoreWriter
 
 FORMAT = "corpora-image-store"
@@ -79,6 +81,10 @@ class ImageStore:
     def writer(self, split: str, **options: Any) -> StoreWriter:
         """A writer for ``split`` (options: ``max_part_images``, ``max_part_bytes``, ``clock``)."""
         return StoreWriter(self.files, split, self.spec, **options)
+
+    def robots(self) -> RobotsFiles:
+        """The hosts' robots.txt answers this store keeps."""
+        return RobotsFiles(self.files)
 
     def splits(self) -> list[str]:
         return [name for name in self.files.names(SPLITS) if not is_temp(name)]

@@ -7,8 +7,10 @@ A lookup answers one of three things:
   shard writer needs for a ranged read.
 - :class:`Failed`: an earlier fetch failed, with its reason (a fetch reason,
   ``timeout``, ``http_404``, ``opted_out`` …) and HTTP status. Timeouts,
-  connection errors, 5xx and 429 are worth another try later
-  (``--refetch-failures``); anything else, opt-outs above all, is final.
+  connection errors, 5xx, 429 and an unavailable robots.txt are worth
+  another try later (``--refetch-failures``), and so are the failures that
+  depend on a build's limits or on a robots.txt that may change
+  (:data:`RECHECKED`); anything else, opt-outs above all, is final.
 - :data:`UNKNOWN`: never fetched, or fetched by a writer that was killed
   before it committed the part: fetch it.
 
@@ -17,6 +19,9 @@ A lookup answers one of three things:
     (True, False, True)
     >>> needs_fetch(opted_out, refetch_failures=True), needs_fetch(Failed("u", "http_404"), True)
     (False, False)
+    >>> loop = Failed("u", "too_many_redirects")
+    >>> needs_fetch(loop), needs_fetch(loop, refetch_failures=True)
+    (False, True)
 
 One URL can have several rows (a retry that succeeded, a Beam bundle that
 ran twice); :func:`resolve` picks one answer for all of them: the earliest
@@ -32,7 +37,13 @@ from typing import Iterable, Union
 # Failures that say nothing lasting about the image: a later fetch may succeed.
 # A superset of the fetcher's in-build retries, which leave out timeouts (a
 # slow host is not retried at once, but may answer another day).
-RETRYABLE = frozenset({"timeout", "connection_error", "http_5xx", "http_429"})
+RETRYABLE = frozenset({"timeout", "connection_error", "http_5xx", "http_429", "robots_unavailable"})
+# Failures that depend on a build's limits (--allow-network, --max-image-bytes,
+# the redirect cap) or on a robots.txt that its host may change: recorded, so a
+# rebuild does not ask again, and fetched again with --refetch-failures (a
+# robots.txt disallow is checked against robots.txt again first, so no image
+# request is made while it still disallows).
+RECHECKED = frozenset({"blocked_address", "too_large", "too_many_redirects", "robots_disallowed"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +76,7 @@ class Failed:
 
     @property
     def retryable(self) -> bool:
-        return self.reason in RETRYABLE
+        return self.reason in RETRYABLE or self.reason in RECHECKED
 
 
 @dataclasses.dataclass(frozen=True)

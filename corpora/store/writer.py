@@ -29,6 +29,7 @@ import time
 import warnings
 from typing import Any, Callable
 
+from corpora.record import open_image
 from corpora.shards.writing import fixed_tarinfo
 from corpora.store.files import Files
 from corpora.store.keys import StoreError, image_key, new_writer_id, part_name, split_dir
@@ -137,7 +138,7 @@ def identify(data: bytes) -> tuple[str, int, int] | str:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as image:
+            with open_image(data) as image:
                 width, height = image.size
                 kind = image.format or "unknown"
     except Image.DecompressionBombError:

@@ -156,3 +156,44 @@ def test_unknown_languages_exit_2_naming_them(tmp_path, tokenizer_path):
     assert result.stderr.strip() == (
         "corpora: --languages: unknown WIT language codes: 'he' (WIT writes 'iw'), 'xx'"
     )
+
+
+@pytest.mark.parametrize(
+    "flag, named",
+    [
+        ("--max-aspect-ratio", "max aspect ratio"),
+        ("--per-host-rate", "per host rate"),
+        ("--progress-every", "progress interval"),
+    ],
+)
+def test_nan_for_a_number_flag_is_one_line_exit_2(tmp_path, flag, named):
+    """Issue 30, defect 16: NaN passed every range check and switched the
+    aspect filter, the politeness rate or the progress off."""
+    c4 = write_jsonl(str(tmp_path / "c4.jsonl"), [{"text": "x", "url": "u"}])
+    result = run_cli("build", "coyo", "--input", c4, "--output", str(tmp_path / "o"), flag, "nan")
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"corpora: {named} must be") and line.endswith("got nan")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "empty", "empty payload"])
+def test_inputs_that_are_not_regular_files_or_hold_nothing_are_one_line_exit_2(tmp_path, kind):
+    """Issue 30, defect 7: a FIFO hung the build, /dev/zero never ended, and a
+    0-byte or empty gzip built an empty corpus with exit 0."""
+    import os
+
+    path = str(tmp_path / "c4-train.00000-of-01024.json.gz")
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path = "/dev/zero"
+    elif kind == "empty":
+        open(path, "wb").close()
+    else:
+        with gzip.open(path, "wb"):
+            pass
+    result = run_cli("build", "c4", "--input", path, "--output", str(tmp_path / "o"), timeout=120)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    expected = "input is empty" if kind.startswith("empty") else "input is not a regular file"
+    assert line == f"corpora: {expected}: {path}"

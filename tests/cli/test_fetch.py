@@ -12,7 +12,7 @@ import pytest
 from corpora.store import ImageStore
 from tests.helpers import SMALL_BUILD, load_manifest, run_cli
 from tests.pipelines.test_store import mmc4_input, shards
-from tests.servers import ImageServer
+from tests.servers import ImageServer, ProxyServer
 
 FETCH = ("--allow-private-urls", "--progress-every", "0", "--workers", "1")
 
@@ -30,19 +30,41 @@ def test_a_build_after_corpora_fetch_sends_no_request(tmp_path):
         assert done.returncode == 0, done.stderr
         assert "Images: 11 in" in done.stdout and "10 ok, http_404 1" in done.stdout
         assert "arrived: fetched 11, store 0, img2dataset 0" in done.stdout
-        assert len(server.requests) == 11
+        assert sorted(server.requests).count("/robots.txt") == 1 and len(server.requests) == 12
         assert ImageStore.open(store).state("docs.jsonl") == "complete"
         output = str(tmp_path / "out")
         built = run_cli("build", "mmc4", "--input", given, "--output", output, *SMALL_BUILD,
                         "--image-store", store)  # fmt: skip
         assert built.returncode == 0, built.stderr
-        assert len(server.requests) == 11  # the build sent none
+        assert len(server.requests) == 12  # the build sent none, robots.txt included
         direct = str(tmp_path / "direct")
         again = run_cli("build", "mmc4", "--input", given, "--output", direct, *SMALL_BUILD,
                         "--no-image-store")  # fmt: skip
         assert again.returncode == 0, again.stderr
     assert shards(output) == shards(direct)
     assert load_manifest(output)["images_arrived"] == {"fetched": 0, "store": 11, "img2dataset": 0}
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_corpora_fetch_goes_through_the_proxy_the_environment_names(tmp_path):
+    store = str(tmp_path / "store")
+    with ImageServer() as server, ProxyServer() as proxy:
+        private = "http://10.9.8.7/private.jpg"  # refused by the guard, never sent to the proxy
+        given = mmc4_input(str(tmp_path / "docs.jsonl"), server, documents=3, extra=[private])
+        urls = [info["raw_url"] for line in open(given) for info in json.loads(line)["image_info"]]
+        urls.remove(private)
+        env = {"HTTP_PROXY": proxy.base, "http_proxy": proxy.base, "NO_PROXY": "", "no_proxy": ""}
+        done = run_cli("fetch", "mmc4", "--input", given, "--image-store", store,
+                       "--allow-network", "127.0.0.1/32", "--progress-every", "0",
+                       "--workers", "1", env=env)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert f"{len(urls)} ok" in done.stdout and "blocked_address 1" in done.stdout
+    assert sorted(proxy.requests) == sorted(
+        [f"GET {server.url('/robots.txt')}"] + [f"GET {url}" for url in urls]
+    )
+    assert not [line for line in proxy.requests if "10.9.8.7" in line]
 
 
 def _refused(*args: str) -> str:

@@ -176,6 +176,13 @@ def independent_stats(directory: str) -> dict:
                 lengths = [int(np.argmin(image[s:].tolist() + [False])) for s in starts]
                 n_images = sum(length // per_image for length in lengths)
                 runs += n_images
+                # an image keeps its text where the token after its run is text of its segment
+                last = int(np.flatnonzero(mask)[-1])
+                for start, length in zip(starts, lengths):
+                    after = start + length
+                    if after <= last and ids[after] not in (bos, eos):
+                        totals["images_with_text"] += length // per_image
+                totals["pieces_ending_in_image"] += int(image[last])
                 entry = entries[segment]
                 doc = documents.setdefault(entry["id"], [0, 0, entry["pieces"]])
                 doc[0] += int(mask.sum() - image.sum() - special.sum())
@@ -228,6 +235,9 @@ def independent_stats(directory: str) -> dict:
             "split_documents": sum(1 for d in documents.values() if d[2] > 1),
             "split_fraction": sum(1 for d in documents.values() if d[2] > 1) / len(documents),
             "incomplete_documents": 0,
+            "images_with_text_fraction": totals["images_with_text"] / totals["images"],
+            "pieces_ending_in_image": totals["pieces_ending_in_image"],
+            "short_pieces_dropped": {"pieces": 0, "tokens": 0},
         },
         "funnel": {
             "unit": "pair",
@@ -458,7 +468,8 @@ def test_a_manifest_with_wrong_types_or_paths_outside_is_one_line(tmp_path, comm
     result = run_cli(command, build)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        f"corpora: not a corpora manifest: {build}/manifest.json (bos_id is '1', not an integer)"
+        f"corpora: not a corpora manifest: {build}/manifest.json "
+        "(bos_id is '1', not an integer in [-1, 2147483647])"
     ]
     manifest["bos_id"] = 1
     manifest["shards"][0]["path"] = "../../outside.tar"

@@ -21,7 +21,7 @@ def builds(tmp_path_factory, image_server, tokenizer_path):
 
 def _mix(stdout: str) -> dict[str, tuple[float, float]]:
     """``build -> (share, asked)`` from the mix table, in percent."""
-    rows = re.findall(r"^  (\S+)\s+\d+\s+\d+\s+\d+\s+([\d.]+)%\s+([\d.]+)%$", stdout, re.M)
+    rows = re.findall(r"^  (\S+)\s+([\d.]+)%\s+([\d.]+)%$", stdout, re.M)
     return {os.path.basename(name): (float(share), float(asked)) for name, share, asked in rows}
 
 
@@ -47,6 +47,29 @@ def test_simvlm_blend_prints_the_prefix_split_and_the_measured_mix(builds):
     for share, asked in mix.values():
         assert abs(share - asked) <= 0.03 * asked
     assert mix["pairs"][1] == pytest.approx(88.9)
+
+
+def test_simvlm_eight_to_one_by_documents_is_measured_in_every_unit(builds):
+    result = run_cli(
+        "train", "data",
+        "--data", f"{builds.pairs_packed}:8", "--data", f"{builds.c4}:1",
+        "--weight-unit", "documents", "--objective", "prefixlm", "--batches", "0",
+        "--mix-samples", "300",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Mix over 300 samples (by documents):" in result.stdout
+    mix = _mix(result.stdout)
+    assert mix["pairs_packed"][1] == pytest.approx(88.9) and mix["c4"][1] == pytest.approx(11.1)
+    for share, asked in mix.values():
+        assert abs(share - asked) <= 0.03 * asked
+    # the same samples in every unit: documents counted over 2,000 of them
+    counts = re.findall(r"^ {40,}(\d+)\s+(\d+)\s+(\d+)\s+(\d+)$", result.stdout, re.M)
+    (pairs_samples, pairs_docs, pairs_images, _), (c4_samples, c4_docs, c4_images, _) = [
+        tuple(map(int, row)) for row in counts
+    ]
+    assert pairs_docs + c4_docs >= 2000 and pairs_samples + c4_samples == 300
+    assert abs(pairs_docs / c4_docs / 8 - 1) <= 0.03
+    assert pairs_images == pairs_docs and c4_images == 0
 
 
 def test_vila_blend_by_images_shows_where_the_labels_fall(builds):

@@ -107,6 +107,19 @@ def test_allowances():
     assert refusal("fd00::5", allow_networks=("fd00::/8",)) is None
 
 
+def test_an_allowed_network_does_not_let_through_an_address_wrapped_beside_it():
+    """Issue 30, defect 15: a Teredo address whose server is in the allowed
+    network and whose client is 127.0.0.1 is refused for its client; every
+    wrapped address must pass."""
+    teredo = "2001:0:a00:1::80ff:fffe"  # server 10.0.0.1, client 127.0.0.1
+    assert refusal(teredo, allow_networks=("10.0.0.0/8",)) == (
+        "loopback 127.0.0.1 inside Teredo client"
+    )
+    assert refusal(teredo, allow_networks=("10.0.0.0/8", "127.0.0.0/8")) is None
+    public_client = "2001:0:a00:1::f7f7:f7f7"  # client 8.8.8.8
+    assert refusal(public_client, allow_networks=("10.0.0.0/8",)) is None
+
+
 def test_zone_is_ignored_and_junk_is_a_value_error():
     assert refusal("fe80::1%eth0") == "link_local"
     with pytest.raises(ValueError):

@@ -79,6 +79,8 @@ def test_build_fetch_and_corpus_flags_land_in_their_settings(tmp_path):
         fetch_concurrency=7,
         max_image_bytes=1000,
         ignore_opt_out=True,
+        tdmrep=True,
+        contact="mailto:crawl@lab.example",
         allow_network=["10.0.0.0/8"],
         retry_failures="failures.parquet",
         retry_reason=["http_404"],
@@ -95,6 +97,7 @@ def test_build_fetch_and_corpus_flags_land_in_their_settings(tmp_path):
         1000,
     )
     assert fetch.respect_opt_out is False and fetch.allow_networks == ("10.0.0.0/8",)
+    assert fetch.tdmrep is True and fetch.user_agent.endswith("; +mailto:crawl@lab.example)")
     assert fetch.retry_failures == os.path.abspath("failures.parquet")
     assert fetch.retry_reasons == ("http_404",) and fetch.progress_interval == 0
     assert built.corpus_options == {

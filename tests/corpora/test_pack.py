@@ -240,15 +240,23 @@ def test_properties_on_random_documents(
         if not packed:
             assert len(s.documents) == 1
 
-    # no token lost or duplicated; every image exactly once; every piece once
-    expected_text = [int(t) for d in docs for t in d.input_ids if t not in (BOS, EOS, IMAGE)]
-    assert sorted(seen_text) == sorted(expected_text)
-    assert sorted(images) == sorted(img.data for d in docs for img in d.images)
-    assert sum(int((s.input_ids == BOS).sum()) for s in sequences) == len(docs)
-    assert sum(int((s.input_ids == EOS).sum()) for s in sequences) == len(docs)
+    # no token lost or duplicated but for pieces dropped as too short (what
+    # the plans leave out); every image exactly once; every piece once
+    plans = {d.id: pack.plan_document(d.id, d.length, d.spans, seq_len) for d in docs}
+    kept = {d.id: np.concatenate([d.input_ids[r.start : r.end] for r in plans[d.id]]) for d in docs}
     for d in docs:
-        count = len(pack.plan_document(d.id, d.length, d.spans, seq_len))
-        assert sorted(pieces_of[d.id]) == list(range(count))
+        assert len(kept[d.id]) + plans[d.id][0].dropped_tokens == d.length
+    expected_text = [int(t) for ids in kept.values() for t in ids if t not in (BOS, EOS, IMAGE)]
+    assert sorted(seen_text) == sorted(expected_text)
+    kept_images = sum(int((ids == IMAGE).sum()) for ids in kept.values()) // tokens_per_image
+    assert len(images) == kept_images and len(set(images)) == len(images)
+    assert set(images) <= {img.data for d in docs for img in d.images}
+    for token in (BOS, EOS):
+        assert sum(int((s.input_ids == token).sum()) for s in sequences) == sum(
+            int((ids == token).sum()) for ids in kept.values()
+        )
+    for d in docs:
+        assert sorted(pieces_of[d.id]) == list(range(len(plans[d.id])))
     # a pure function of the input: packing again gives the same arrays
     again = list(
         pack.pack(docs, seq_len, PAD, packed=packed, buffer_size=buffer_size, max_open=max_open)
@@ -336,3 +344,84 @@ def test_shard_format_doc_example():
             "tokens": 5,
         },
     ]
+
+
+# ── splits keep every image with its text ─────────────────────────────────────
+
+
+def layout_chunks(layout: str, texts: list[int], images: int) -> list[tuple[str, int]]:
+    """MMC4's three layouts of ``images`` images and sentences of ``texts`` tokens:
+    interleaved (each image before a sentence, some sentences with several),
+    pairs (image, sentence, image, sentence) and reordered (all images first)."""
+    if layout == "reordered":
+        return [("image", 0)] * images + [("text", n) for n in texts]
+    if layout == "pairs":
+        return [c for n in texts[:images] for c in (("image", 0), ("text", n))]
+    chunks: list[tuple[str, int]] = []
+    for index, n in enumerate(texts):
+        chunks += [("image", 0)] * (images // len(texts) + (index < images % len(texts)))
+        chunks.append(("text", n))
+    return chunks
+
+
+def image_runs(doc: TokenizedDocument) -> list[tuple[int, int, bool]]:
+    """``(start, end, text follows)`` of each run of adjacent image spans."""
+    runs: list[tuple[int, int, bool]] = []
+    for index, span in enumerate(doc.spans):
+        if span.kind != "image":
+            continue
+        follows = doc.spans[index + 1].kind == "text"
+        if runs and runs[-1][1] == span.start:
+            runs[-1] = (runs[-1][0], span.end, follows)
+        else:
+            runs.append((span.start, span.end, follows))
+    return runs
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.sampled_from(["interleaved", "pairs", "reordered"]),
+    st.lists(st.integers(1, 120), min_size=1, max_size=8),
+    st.integers(0, 8),
+    st.integers(1, 24),
+    st.integers(8, 160),
+)
+def test_a_split_never_orphans_an_image(layout, texts, images, tokens_per_image, seq_len):
+    tokens_per_image = min(tokens_per_image, seq_len)
+    doc = make_doc("d", layout_chunks(layout, texts, images), tokens_per_image)
+    refs = pack.plan_document("d", doc.length, doc.spans, seq_len)
+    shortest = pack.min_piece_tokens(seq_len)
+    runs = image_runs(doc)
+    if doc.length <= seq_len:
+        assert [(r.start, r.end, r.count) for r in refs] == [(0, doc.length, 1)]
+        return
+
+    # every token in exactly one piece, in order, but for pieces dropped as too
+    # short: their tokens are the gaps, counted on the first piece
+    assert [(r.index, r.count) for r in refs] == [(i, len(refs)) for i in range(len(refs))]
+    bounds = [0] + [b for r in refs for b in (r.start, r.end)] + [doc.length]
+    gaps = [b - a for a, b in zip(bounds[::2], bounds[1::2])]
+    assert min(gaps) >= 0 and sum(gaps) == refs[0].dropped_tokens
+    assert sum(1 for g in gaps if g) <= refs[0].dropped_pieces
+    assert refs[0].dropped_tokens < shortest * refs[0].dropped_pieces or not refs[0].dropped_pieces
+    assert all(r.dropped == (0, 0) for r in refs[1:])
+    for ref in refs:
+        # at most seq_len, never shorter than the minimum
+        assert shortest <= ref.length <= seq_len
+        for start, end, follows in runs:
+            # an image's slots are never cut
+            for span in doc.spans:
+                if span.kind == "image" and ref.start < span.end and span.start < ref.end:
+                    assert ref.start <= span.start and span.end <= ref.end
+            # a piece ends in an image slot while text follows that image only
+            # where its run and one token of the text cannot share a piece
+            if start < ref.end <= end and follows:
+                assert end - start + 1 > seq_len, (ref, runs)
+        # PrefixLM's check on every piece whose images can keep their text:
+        # a token to predict after the last image slot
+        slots = np.flatnonzero(doc.input_ids[ref.start : ref.end] == IMAGE)
+        last_run = next(
+            (r for r in runs if r[0] <= ref.start + (slots[-1] if slots.size else -1) < r[1]), None
+        )
+        if last_run is not None and last_run[2] and last_run[1] - last_run[0] + 1 <= seq_len:
+            assert slots[-1] + 1 < ref.length

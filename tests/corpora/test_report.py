@@ -116,3 +116,14 @@ def test_histogram_has_one_bar_per_bin():
     svg = report.svg_histogram(distribution({3: 2, 5: 1}), "x")
     assert svg.count('<rect class="bar"') == 3
     assert re.findall(r"<title>([^<]*)</title></rect>", svg) == ["3: 2", "4: 0", "5: 1"]
+
+
+def test_the_summary_says_how_many_images_keep_their_text():
+    summary = re.search(
+        r'<table id="summary">(.*?)</table>', report.render_report(_stats(MANIFEST), MANIFEST, [])
+    ).group(1)
+    row = re.search(r"<tr><td>images with their text in the same piece</td>(.*?)</tr>", summary)
+    # the sample's one image is followed by 5, 6 in its piece; no piece ends in a slot
+    assert re.findall(r">([^<]*)</td>", row.group(1))[0] == (
+        "100.0% (0 pieces end in an image slot)"
+    )

@@ -78,6 +78,17 @@ def reference_sequence_values(input_ids, segment_ids, documents, ids) -> stats.S
                 f.get("reason", "unknown")
                 for f in (entry.get("meta") or {}).get("image_failures", [])
             )
+        # a slot is followed by text where the first token after its run is
+        # text of the same segment; a segment ends in an image where a slot is
+        # the last token before another segment (or the end)
+        text = (segment_ids > 0) & (input_ids != ids.image_token_id) & ~np.isin(input_ids, specials)
+        size, with_text, ends_in_image = len(input_ids), 0, False
+        for position in np.flatnonzero(image):
+            after = position + 1
+            while after < size and input_ids[after] == ids.image_token_id:
+                after += 1
+            with_text += int(after < size and in_segment[after] and text[after])
+            ends_in_image |= position + 1 == size or not in_segment[position + 1]
         pieces.append(
             stats.SegmentValues(
                 id=str(entry["id"]),
@@ -89,6 +100,10 @@ def reference_sequence_values(input_ids, segment_ids, documents, ids) -> stats.S
                 images=image_tokens // ids.tokens_per_image,
                 scores=tuple(scores),
                 image_failures=failures,
+                images_with_text=with_text // ids.tokens_per_image,
+                ends_in_image=bool(ends_in_image),
+                dropped_pieces=int((entry.get("dropped") or {}).get("pieces", 0)),
+                dropped_tokens=int((entry.get("dropped") or {}).get("tokens", 0)),
             )
         )
     return stats.SequenceValues(
@@ -324,9 +339,11 @@ def _write(directory: str, name: str, text: str) -> str:
 def test_an_unreadable_shard_is_a_build_input_error(tmp_path, content, message):
     manifest = {
         "corpus": "x",
+        "seq_len": 16,
         "image_token_id": 9,
         "bos_id": 1,
         "eos_id": 2,
+        "pad_id": 0,
         "tokens_per_image": 2,
         "shards": [{"path": "x-000000.tar", "samples": 1, "bytes": 1, "sha256": "0" * 64}],
     }
@@ -336,3 +353,26 @@ def test_an_unreadable_shard_is_a_build_input_error(tmp_path, content, message):
         stats.stats_from_shards(str(tmp_path))  # checked against the manifest first
     with pytest.raises(reader.BuildInputError, match=f"unreadable shard .*x-000000.tar: {message}"):
         stats.stats_from_shards(str(tmp_path), verify=False)
+
+
+def test_images_kept_with_their_text_and_short_pieces_dropped_are_counted():
+    ids = TokenIds(image_token_id=9, bos_id=1, eos_id=2, tokens_per_image=2)
+    # segment 1: [bos, img, 5, img] ends in a slot (its text is in the next piece);
+    # segment 2: [6, eos], the next piece; segment 3: [bos, img, img, 7, eos]
+    input_ids = np.array([1, 9, 9, 5, 9, 9, 6, 2, 1, 9, 9, 9, 9, 7, 2, 0])
+    segment_ids = np.array([1, 1, 1, 1, 1, 1, 2, 2, 3, 3, 3, 3, 3, 3, 3, 0])
+    documents = [
+        {"id": "a", "segment": 1, "piece": 0, "pieces": 2, "dropped": {"pieces": 1, "tokens": 3}},
+        {"id": "a", "segment": 2, "piece": 1, "pieces": 2},
+        {"id": "b", "segment": 3},
+    ]
+    values = stats.sequence_values(input_ids, segment_ids, documents, ids)
+    assert [(p.images_with_text, p.ends_in_image) for p in values.pieces] == [
+        (1, True),
+        (0, False),
+        (2, False),
+    ]
+    packing = stats.finalize(StatsAccumulator().add(values), {"corpus": "mmc4"})["packing"]
+    assert packing["images_with_text_fraction"] == 3 / 4
+    assert packing["pieces_ending_in_image"] == 1
+    assert packing["short_pieces_dropped"] == {"pieces": 1, "tokens": 3}

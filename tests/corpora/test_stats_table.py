@@ -26,3 +26,7 @@ def test_format_table_shows_the_headline_figures():
         for line in lines
     )
     assert any(line.startswith("documents split") and "1 (7.7%)" in line for line in lines)
+    assert any(
+        line.startswith("images with their text") and "pieces end in an image slot" in line
+        for line in lines
+    )

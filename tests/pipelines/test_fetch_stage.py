@@ -90,6 +90,16 @@ def test_accounting_and_retrying_exactly_the_failed_urls(server, tokenizer_path,
         "failures_file": FAILURES,
         "failed": {"http_404": 1, "opted_out": 1, "not_image": 1},
     }
+    consent = first["consent"]  # what was honoured, said plainly
+    assert (consent["robots_txt"], consent["x_robots_tag"], consent["tdm_reservation"]) == (
+        "honoured",
+        "honoured",
+        "honoured",
+    )
+    assert consent["tdmrep_json"].startswith("not asked") and consent["robots_token"] == "corpora"
+    assert (
+        consent["user_agent"].startswith("corpora/") and "contact" not in first["settings"]["fetch"]
+    )
     rows = pq.read_table(str(tmp_path / "first" / FAILURES)).to_pylist()
     assert sorted(rows, key=lambda r: r["url"]) == sorted(
         [
@@ -118,7 +128,8 @@ def test_accounting_and_retrying_exactly_the_failed_urls(server, tokenizer_path,
         "dropped": {"not_in_retry_list": 4},
     }
     assert retry["images"]["input"] == 1 and retry["images"]["ok"] == 1
-    assert server.requests == ["/flaky.jpg"]  # nothing else was fetched again
+    # nothing else was fetched again; robots.txt is asked once per host and build (no store here)
+    assert server.requests == ["/robots.txt", "/flaky.jpg"]
     samples = read_tar(str(tmp_path / "retry" / "mmc4-pairs-000000.tar"))
     documents = [d for sample in samples for d in sample["json"]["documents"]]
     assert [img["url"] for d in documents for img in d["images"]] == [urls[2]]
@@ -196,10 +207,22 @@ def test_every_fault_in_a_beam_build_balances(server, tokenizer_path, tmp_path):
 
     big = b"\xff\xd8" + b"\0" * 300_000  # over the cap below, whatever it holds
     server.route("/big.jpg", lambda handler: handler.send_body(200, big, "image/jpeg"))
+    server.route(
+        "/robots.txt",
+        lambda handler: handler.send_body(200, b"User-agent: *\nDisallow: /private/", "text/plain"),
+    )
+    server.route(
+        "/tdm.jpg",
+        lambda handler: handler.send_body(
+            200, image_bytes(8, 8, "tdm"), "image/jpeg", {"tdm-reservation": "1"}
+        ),
+    )
     with (
         ImageServer("127.0.0.2") as other,
         ImageServer(tls=self_signed_cert(str(tmp_path))) as https,
+        ImageServer() as down,  # its robots.txt answers 503
     ):
+        down.route("/robots.txt", lambda handler: handler.send_body(503, b"", "text/plain"))
         reasons = {server.url(path): reason for path, reason in FAULTS.items()}
         reasons.update(
             {
@@ -207,6 +230,9 @@ def test_every_fault_in_a_beam_build_balances(server, tokenizer_path, tmp_path):
                 server.url("/redirect?to=file:///etc/passwd"): "bad_redirect",
                 server.url("/always/429"): "http_429",
                 server.url("/big.jpg"): "too_large",
+                server.url("/private/img/8x8/p.jpg"): "robots_disallowed",
+                down.url("/img/8x8/d.jpg"): "robots_unavailable",
+                server.url("/tdm.jpg"): "tdm_reserved",
                 server.url("/img/8x8/tiny.jpg"): "image_too_small",
                 server.url("/img/200x20/wide.jpg"): "aspect_ratio_above_max",
                 https.url("/img/8x8/tls.jpg"): "tls_error",
@@ -233,6 +259,8 @@ def test_every_fault_in_a_beam_build_balances(server, tokenizer_path, tmp_path):
         )
         manifest = run_build(settings)
         assert other.requests == []
+        assert not [path for path in server.requests if path.startswith("/private/")]
+        assert set(down.requests) == {"/robots.txt"}
     failed = [reason for reason in reasons.values() if reason]
     assert set(failed) == set(REASONS) | {"http_404"}  # every way a fetch can fail
     expected = {reason: failed.count(reason) for reason in failed}

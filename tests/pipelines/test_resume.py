@@ -243,3 +243,40 @@ def test_temporaries_of_interrupted_attempts_are_removed(tmp_path):
     assert resume.remove_temporaries(str(tmp_path), "coyo") == 5
     assert sorted(p.name for p in tmp_path.iterdir()) == [".corpora", "coyo-000000.tar"]
     assert [p.name for p in markers.iterdir()] == ["coyo-000000.tar.json"]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_sigterm_cleans_up_as_ctrl_c_does_and_exits_143(tmp_path, image_server, tokenizer_path):
+    """Issue 30, defect 14: SIGTERM (timeout, Kubernetes, Slurm) left the
+    output's lock, Beam's temporary folder and partial shards behind."""
+    docs = write_mmc4(str(tmp_path / "docs.jsonl"), mmc4_documents(40, image_server.base))
+    output = str(tmp_path / "out")
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    args = _build_args(docs, output, tokenizer_path, "--samples-per-shard", "1", "--workers", "1")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", *args],
+        env={**python_env(), "TMPDIR": str(temporary)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not _markers(output) and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        assert process.poll() is None, "the build ended before it could be interrupted"
+        process.send_signal(signal.SIGTERM)  # to the launcher alone, as timeout(1) does
+        _, stderr = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 143, stderr
+    assert stderr.strip().splitlines()[-1] == "corpora: terminated (SIGTERM); cleaned up"
+    assert not os.path.exists(os.path.join(output, "corpora.lock"))
+    assert glob.glob(os.path.join(output, "*.tmp-*")) == []
+    assert [p.name for p in temporary.iterdir() if p.name.startswith("beam")] == []
+    # what was complete stays, and the same command finishes the build
+    assert run_cli(*args).returncode == 0

@@ -96,7 +96,7 @@ def test_three_layouts_share_one_store_and_build_with_the_server_stopped(tmp_pat
             for corpus in ("mmc4-pairs", "mmc4-reordered")
         }
     assert first["images_arrived"] == {"fetched": 26, "store": 0, "img2dataset": 0}
-    assert fetched == 26  # each URL once
+    assert fetched == 26 + 1  # each URL once, and robots.txt once
     assert ImageStore.open(store).state("docs.jsonl") == "complete"
     for corpus, reference in direct.items():
         output = str(tmp_path / corpus)
@@ -189,7 +189,7 @@ def test_a_build_killed_while_fetching_fetches_nothing_the_store_holds(tmp_path)
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             release.set()
-        first_run = list(server.requests)
+        first_run = [path for path in server.requests if path != "/robots.txt"]
         held = ImageStore.open(store).index(["docs.jsonl"])
         kept = {server.url(p) for p in urls} & {
             o.url for o in map(held.lookup, (server.url(p) for p in urls)) if isinstance(o, Stored)
@@ -197,6 +197,8 @@ def test_a_build_killed_while_fetching_fetches_nothing_the_store_holds(tmp_path)
         assert kept, "nothing was committed before the kill: the test shows nothing"
         del server.requests[:]
         resumed = build("mmc4-pairs", given, output, "--image-store", store)
+        # robots.txt came from the store: the killed build kept its answer
+        assert "/robots.txt" not in server.requests
         second_run = list(server.requests)
         build("mmc4-pairs", given, str(tmp_path / "direct"), "--no-image-store")
     requested_again = {server.url(p) for p in second_run}
@@ -280,7 +282,7 @@ def test_a_build_from_an_img2dataset_download_keeps_its_images_without_a_request
             store,
         )
         assert sorted(server.requests[before:]) == sorted(
-            urllib.parse.urlsplit(u).path for u in absent
+            [urllib.parse.urlsplit(u).path for u in absent] + ["/robots.txt"]
         )
         build("mmc4-pairs", given, str(tmp_path / "direct"), "--no-image-store")
     assert dropped["images_arrived"] == {"fetched": 0, "store": 0, "img2dataset": 13}

@@ -4,6 +4,10 @@ All share ``seq_len`` 640 (a C4 build with the default 576 tokens per image
 needs ``seq_len`` >= 578) and the session's tiny tokenizer:
 
 - ``pairs``: mmc4-pairs, ``--no-pack``, 60 samples of one image, 20 shards;
+- ``pairs_packed``: the same 60 pairs, packed (many documents a sample);
+- ``reordered_long``: mmc4-reordered, 5 images of 160 tokens a document: the
+  run of 800 image slots is longer than a piece, so its first images fill
+  pieces of their own (nothing left for PrefixLM to predict);
 - ``interleaved``: mmc4, ``--no-pack``, 24 samples of three images, 12 shards;
 - ``c4``: C4 text, packed, the default image settings (576 tokens, 336 px);
 - ``pairs_tpi16``: mmc4-pairs with 16 tokens per image (blends must refuse it);
@@ -74,12 +78,17 @@ def make_builds(tmp_path_factory, image_server, tokenizer_path) -> Builds:
     )
     (root / "c4-input").mkdir(exist_ok=True)
     c4 = fixtures.write_c4_json_gz(str(root / "c4-input"), _c4_lines(400))
+    five = generated.write_mmc4(
+        str(root / "five.jsonl"), generated.mmc4_documents(6, base, images_per_doc=5)
+    )
     small = generated.write_mmc4(
         str(root / "small.jsonl"), generated.mmc4_documents(3, base, images_per_doc=1)
     )
     per_shard = "--samples-per-shard"
     jobs = [
         ("mmc4-pairs", pairs, "pairs", tokenizer_path, *image, "--no-pack", per_shard, "3"),
+        ("mmc4-pairs", pairs, "pairs_packed", tokenizer_path, *image, per_shard, "1"),
+        ("mmc4-reordered", five, "reordered_long", tokenizer_path, "--tokens-per-image", "160"),
         ("mmc4", interleaved, "interleaved", tokenizer_path, *image, "--no-pack", per_shard, "2"),
         ("c4", c4, "c4", tokenizer_path, per_shard, "2"),  # default image settings
         (

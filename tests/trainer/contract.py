@@ -143,3 +143,34 @@ class Crashing:
             if taken == self.after:
                 raise RuntimeError("the data node went away")
             yield batch
+
+
+class GlobalRows:
+    """A stream of ``count`` global batches taken from ``loader`` (one process's), each split
+    across ranks by rows: rank ``r`` of ``world_size`` takes its ``1 / world_size`` of every
+    batch. Its position is the number of global batches taken, the same on every rank, so a
+    run resumes from it at another world size (``load_state_dicts``)."""
+
+    def __init__(self, loader, rank: int, world_size: int, count: int):
+        self.spec = loader.spec
+        stream = iter(loader)
+        self.batches = [next(stream) for _ in range(count)]
+        per_rank = self.batches[0]["segment_ids"].shape[0] // world_size
+        self.rows = slice(rank * per_rank, (rank + 1) * per_rank)
+        self.taken = 0
+
+    def __iter__(self):
+        while self.taken < len(self.batches):
+            batch = self.batches[self.taken]
+            self.taken += 1
+            yield {name: value[self.rows] for name, value in batch.items()}
+
+    def state_dict(self):
+        return {"global_batches": self.taken}
+
+    def load_state_dict(self, state):
+        self.taken = state["global_batches"]
+
+    def load_state_dicts(self, states):
+        assert len({state["global_batches"] for state in states}) == 1, states
+        self.load_state_dict(states[0])

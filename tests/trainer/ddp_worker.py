@@ -7,7 +7,9 @@ SPEC.json names the model (``prefixlm``, or ``vila`` with its files), the build,
 the strategy, the steps and where to write: each rank writes ``rank{R}.pt``
 with its losses and its model's weights (whole, gathered under FSDP). With
 ``output`` it checkpoints there (and resumes from there); with ``crash_after``
-its data stream fails after that many batches.
+its data stream fails after that many batches; with ``global_rows`` (a count) every rank
+reads its rows of the same global batches (``contract.GlobalRows``, ``global_batch`` rows
+each), which a run resumes from at another world size.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import torch
 def main(path: str) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    from tests.trainer.contract import Crashing
+    from tests.trainer.contract import Crashing, GlobalRows
     from trainer.config import prefixlm_config, prefixlm_optim, train_config, vila_config
     from trainer.loader import data_config
     from trainer.runtime import start
@@ -36,7 +38,7 @@ def main(path: str) -> None:
         model_config = vila_config(spec["lm"], spec["vision"], spec["vision_checkpoint"], stage=1)
     config = train_config(
         steps=spec["steps"],
-        batch_size=2,
+        batch_size=spec.get("batch_size", 2),
         optim=prefixlm_optim(lr=3e-3),
         strategy=spec["strategy"],
         log_every=1,
@@ -48,7 +50,13 @@ def main(path: str) -> None:
     loaders = data_loaders(data_config([spec["build"]], num_workers=0, shuffle_buffer=8))
 
     def make_loader(**options):
-        loader = loaders(**options)
+        if "global_rows" in spec:
+            whole = {**options, "batch_size": spec["global_batch"], "rank": 0, "world_size": 1}
+            loader = GlobalRows(
+                loaders(**whole), options["rank"], options["world_size"], spec["global_rows"]
+            )
+        else:
+            loader = loaders(**options)
         return Crashing(loader, spec["crash_after"]) if "crash_after" in spec else loader
 
     runtime = start("cpu")
@@ -60,6 +68,7 @@ def main(path: str) -> None:
         torch.save(
             {
                 "losses": result.losses,
+                "image_token_id": result.model.image_token_id,
                 "strategy": runtime.strategy,
                 "weights": {name: value.detach().cpu() for name, value in weights.items()},
             },

@@ -59,7 +59,7 @@ def test_unreadable_sources_name_what_is_wrong(builds, tmp_path):
     (other / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(DataError, match="format 'corpora-shards/2', expected 'corpora-shards/1'"):
         resolve_source(str(other))
-    with pytest.raises(BlendError, match="weight must be positive"):
+    with pytest.raises(BlendError, match="weight must be a positive number"):
         resolve_source(builds.pairs, 0)
 
 
@@ -144,6 +144,20 @@ def test_simvlm_recipe_eight_to_one_by_examples(builds, workers):
     ratio = got["pairs"]["samples"] / got["c4"]["samples"]
     assert abs(ratio / 8.0 - 1.0) <= 0.03, got
     assert got["c4"]["images"] == 0
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+def test_simvlm_recipe_eight_to_one_by_documents(builds, workers):
+    """SimVLM's 8:1 counts examples, i.e. documents: a packed sample of pairs
+    holds many more of them than a packed sample of C4 text."""
+    got = _measured(builds, [("pairs_packed", 8.0), ("c4", 1.0)], "documents", workers, 300)
+    assert got["pairs_packed"]["documents"] + got["c4"]["documents"] >= 2000
+    ratio = got["pairs_packed"]["documents"] / got["c4"]["documents"]
+    assert abs(ratio / 8.0 - 1.0) <= 0.03, got
+    # the same builds 8:1 by samples are far from 8:1 by documents
+    by_samples = _measured(builds, [("pairs_packed", 8.0), ("c4", 1.0)], "examples", workers, 300)
+    ratio = by_samples["pairs_packed"]["documents"] / by_samples["c4"]["documents"]
+    assert abs(ratio / 8.0 - 1.0) > 0.2, by_samples
 
 
 def test_weighting_by_tokens(builds):

@@ -222,6 +222,30 @@ DISTRIBUTED = textwrap.dedent(
 )
 
 
+def test_prefixlm_skips_and_counts_documents_with_nothing_to_predict(builds):
+    """A piece that is all image slots (a run of images too long for one piece
+    with its text) would leave the decoder an empty target: the loader takes
+    it out of its sample and counts it; its images go with it."""
+    with open(os.path.join(builds.reordered_long, "stats.json")) as handle:
+        assert json.load(handle)["packing"]["pieces_ending_in_image"] > 0
+    loader = Loader(
+        data_config([(builds.reordered_long, 1.0)], batch_size=B, objective="prefixlm",
+                    shuffle_buffer=8, image_size=16)
+    )  # fmt: skip
+    documents = 0
+    for batch, _ in zip(loader, range(6)):
+        for row in range(B):
+            present = set(batch["input_ids"][row][batch["segment_ids"][row] > 0].tolist())
+            segments = set(batch["segment_ids"][row][batch["segment_ids"][row] > 0].tolist())
+            weights = batch["decoder_loss_weights"][row] > 0
+            assert set(batch["decoder_segment_ids"][row][weights].tolist()) == segments
+            slots = int((batch["input_ids"][row] == loader.spec.image_token_id).sum())
+            assert slots == int(batch["image_mask"][row].sum()) * loader.spec.tokens_per_image
+            assert present
+            documents += len(segments)
+    assert loader.counters["documents_without_target"] > 0 and documents > 0
+
+
 def test_two_nodes_under_torch_distributed_read_disjoint_shards(builds, tmp_path):
     script = tmp_path / "node.py"
     script.write_text(DISTRIBUTED)

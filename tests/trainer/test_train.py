@@ -9,6 +9,8 @@ import io
 import json
 import math
 import os
+import re
+import shutil
 import subprocess
 import sys
 
@@ -16,7 +18,7 @@ import pytest
 import torch
 
 from tests.helpers import REPO
-from tests.trainer.contract import Crashing
+from tests.trainer.contract import Crashing, GlobalRows
 from trainer import checkpoint
 from trainer.config import (
     ConfigError,
@@ -212,6 +214,37 @@ def test_a_log_line_reports_rates_from_the_injected_clock():
     )
 
 
+def test_the_log_line_gives_mfu_against_the_peak_given_and_the_memory(sample_build):
+    printed = io.StringIO()
+    config = train_config(steps=2, batch_size=2, log_every=1, peak_tflops=1.0)
+    run(prefixlm_config("tiny"), config, Loaders(sample_build), stream=printed)
+    steps = [line for line in printed.getvalue().splitlines() if line.startswith("step ")]
+    assert len(steps) == 2
+    assert all(re.search(r"  mfu \d+\.\d%  rss \d+\.\d\d GiB$", line) for line in steps), steps
+
+
+def test_compile_and_attention_the_device_cannot_run_stop_before_any_step(sample_build):
+    config = train_config(steps=2, batch_size=2, compile=True)
+    with pytest.raises(ConfigError, match="--compile needs --attn-implementation flex"):
+        run(prefixlm_config("tiny"), config, Loaders(sample_build), stream=io.StringIO())
+    with pytest.raises(ConfigError, match="flex trains on CUDA only"):
+        run(
+            prefixlm_config("tiny", attention="flex"),
+            train_config(steps=2, batch_size=2),
+            Loaders(sample_build),
+            stream=io.StringIO(),
+        )
+
+
+def test_compiled_layers_take_the_steps_the_uncompiled_ones_take(sample_build):
+    losses = []
+    for compiled in (False, True):
+        config = train_config(steps=3, batch_size=2, log_every=1, compile=compiled)
+        model = prefixlm_config("tiny", attention="dense")
+        losses.append(run(model, config, Loaders(sample_build), stream=io.StringIO()).losses)
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+
+
 def torchrun(spec: dict, out, check=True):
     path = out / "spec.json"
     path.write_text(json.dumps({**spec, "out": str(out)}))
@@ -266,3 +299,78 @@ def test_fsdp2_shards_vila_takes_the_steps_ddp_takes_and_resumes(
     for name, value in ddp[0]["weights"].items():
         torch.testing.assert_close(resumed[0]["weights"][name], value, msg=name)
         assert torch.equal(resumed[0]["weights"][name], resumed[1]["weights"][name]), name
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_a_distributed_checkpoint_of_two_processes_resumes_on_one_and_on_two(
+    sample_build, tmp_path, strategy
+):
+    # both ranks read their rows of the same 4-row global batches, so one process with
+    # batches of 4 sees what two with batches of 2 see
+    spec = {
+        "model": "prefixlm",
+        "build": sample_build,
+        "strategy": strategy,
+        "global_rows": 4,
+        "global_batch": 4,
+        "checkpoint_every": 2,
+    }
+
+    def on_two(name, output, **changes):
+        (tmp_path / name).mkdir()
+        return torchrun(
+            {**spec, "steps": 4, "output": str(output), **changes}, tmp_path / name, check=False
+        )
+
+    whole = on_two("whole", tmp_path / "whole-run")
+    # a run that stops after its step-2 checkpoint (the stream fails at the fourth batch)
+    crashed = on_two("first", tmp_path / "run", crash_after=3)
+    assert crashed.returncode != 0
+    assert "the data node went away" in crashed.stderr, crashed.stderr[-3000:]
+    saved = checkpoint.latest(str(tmp_path / "run"))
+    assert saved.endswith("step-00000002")
+    assert os.listdir(os.path.join(saved, "dcp"))  # every rank wrote its part; nothing whole
+    assert not os.path.exists(os.path.join(saved, "model.pt"))
+    shutil.copytree(tmp_path / "run", tmp_path / "run-one")
+
+    # the weights two processes saved at their last step, loaded by one, are the weights
+    # they ended with
+    from trainer.models.prefixlm import PrefixLM
+
+    whole = [torch.load(tmp_path / "whole" / f"rank{rank}.pt") for rank in (0, 1)]
+    ended = whole[0]["weights"]
+    model = PrefixLM(
+        prefixlm_config("tiny"),
+        vocab_size=1000,
+        seq_len=96,
+        image_token_id=whole[0]["image_token_id"],
+    )
+    assert checkpoint.init_weights(model, str(tmp_path / "whole-run")) == len(ended)
+    for name, value in ended.items():
+        assert torch.equal(model.state_dict()[name], value), name
+
+    again = on_two("again", tmp_path / "run")
+    assert again.returncode == 0, again.stderr[-3000:]
+    again = [torch.load(tmp_path / "again" / f"rank{rank}.pt") for rank in (0, 1)]
+    loaders = data_loaders(data_config([sample_build], num_workers=0, shuffle_buffer=8))
+    config = train_config(
+        steps=4,
+        batch_size=4,
+        optim=prefixlm_optim(lr=3e-3),
+        log_every=1,
+        checkpoint_every=2,
+        output=str(tmp_path / "run-one"),
+        resume=True,
+    )
+    one = run(
+        prefixlm_config("tiny"),
+        config,
+        lambda **options: GlobalRows(loaders(**options), 0, 1, 4),
+        stream=io.StringIO(),
+    )
+    assert one.first_step == 2 and len(again[0]["losses"]) == 2
+    assert again[0]["losses"] == pytest.approx(whole[0]["losses"][2:], rel=1e-6)
+    # one process sums the same token losses in another order than two: equal within 1e-6
+    assert one.losses == pytest.approx(again[0]["losses"], rel=1e-6)
+    for name, value in again[0]["weights"].items():
+        torch.testing.assert_close(one.model.state_dict()[name], value, rtol=0, atol=1e-6)

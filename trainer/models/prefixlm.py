@@ -10,6 +10,9 @@ sees only its own document's prefix. The loss is on decoder text only.
   torchvision ResNet, and a patch convolution; each grid cell becomes one
   encoder token in place of an image slot, so the grid's cell count must be
   the build's ``tokens_per_image`` (the loop checks it before any step).
+- Attention (``config.attention``) keeps to each document without an
+  ``L × L`` mask (``varlen``, the default, or ``flex`` on CUDA), or with one
+  (``dense``, the reference): ``trainer.models.attention``.
 - Positions are learned 1-D embeddings indexed by the batch's per-document
   positions (they restart at 0 for every packed document); there are no
   modality embeddings. Input and output embeddings are tied.
@@ -28,11 +31,12 @@ sees only its own document's prefix. The loss is on decoder text only.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from trainer.config import PrefixLMConfig
-from trainer.models.attention import attend, document_causal_mask, document_mask
+from trainer.models.attention import Attend, document_attention
+from trainer.models.flops import attention_flops, forward_flops, matmul_parameters
+from trainer.models.loss import chunked_cross_entropy
 from trainer.models.slots import image_features, place_images
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)  # what torchvision's ResNets are normalised with
@@ -75,13 +79,13 @@ class MultiHeadAttention(nn.Module):
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         return x.unflatten(-1, (self.heads, -1)).transpose(1, 2)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, attend: Attend) -> torch.Tensor:
         q, k, v = (
             self._split(self.query(x)),
             self._split(self.key(memory)),
             self._split(self.value(memory)),
         )
-        return self.dropout(self.out(attend(q, k, v, mask).transpose(1, 2).flatten(2)))
+        return self.dropout(self.out(attend(q, k, v).transpose(1, 2).flatten(2)))
 
 
 class Block(nn.Module):
@@ -101,11 +105,11 @@ class Block(nn.Module):
             nn.Dropout(dropout),
         )
 
-    def forward(self, x, mask, memory=None, cross_mask=None):
+    def forward(self, x, attend: Attend, memory=None, cross_attend: Attend | None = None):
         normed = self.attention_norm(x)
-        x = x + self.attention(normed, normed, mask)
+        x = x + self.attention(normed, normed, attend)
         if self.cross is not None:
-            x = x + self.cross(self.cross_norm(x), memory, cross_mask)
+            x = x + self.cross(self.cross_norm(x), memory, cross_attend)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -125,6 +129,7 @@ class PrefixLM(nn.Module):
         self.image_token_id = image_token_id
         self.tokens_per_image = config.tokens_per_image
         self.image_size = config.image_size
+        self.attention = config.attention
         self.static_shapes = False  # the runtime sets it on XLA
         self.image_source = (
             f"PrefixLM {config.size} ({config.image_size} px, {config.stem} stem stride "
@@ -151,6 +156,9 @@ class PrefixLM(nn.Module):
                 nn.init.normal_(module.weight, std=0.02)
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
+        # counted here, before any wrapping shards the stem's weights
+        size = config.image_size
+        self.stem_flops = 3 * forward_flops(self.stem, (1, 3, size, size))
 
     def shard_layers(self) -> list[nn.Module]:
         """The units FSDP2 shards, when asked to (DDP is the default: the sizes fit one device)."""
@@ -159,6 +167,22 @@ class PrefixLM(nn.Module):
     @staticmethod
     def count_targets(batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return batch["decoder_loss_weights"].sum()
+
+    def step_flops(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Training FLOPs of ``batch`` (``trainer.models.flops``, factor 6): the encoder's
+        layers on every prefix token, the decoder's and the output projection on every
+        other; self-attention in each, cross-attention to the document's prefix; the
+        stem's forward and backward (3 forwards) on every image."""
+        encoder, decoder = batch["encoder_segment_ids"], batch["decoder_segment_ids"]
+        width, config = self.config.width, self.config
+        return (
+            6 * matmul_parameters(self.encoder) * (encoder > 0).sum()
+            + 6 * (matmul_parameters(self.decoder) + self.vocab_size * width) * (decoder > 0).sum()
+            + attention_flops(encoder, layers=config.encoder_layers, width=width, factor=6)
+            + attention_flops(decoder, layers=config.decoder_layers, width=width, factor=6)
+            + attention_flops(decoder, encoder, layers=config.decoder_layers, width=width, factor=6)
+            + self.stem_flops * batch["image_mask"].sum()
+        )
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         if self.image_token_id is not None:
@@ -180,27 +204,35 @@ class PrefixLM(nn.Module):
             x = place_images(x, ids, self.image_token_id, features)
         x = self.dropout(x + self.encoder_positions(batch["encoder_positions"]))
         segments = batch["encoder_segment_ids"]
-        mask = document_mask(segments, segments)
+        attend = document_attention(self.attention, segments, segments, causal=False)
         for block in self.encoder:
-            x = block(x, mask)
+            x = block(x, attend)
         return self.encoder_norm(x)
 
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """``[B, L, vocab_size]`` over the decoder positions."""
+        return self.decode(batch) @ self.token_embedding.weight.T
+
+    def decode(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The decoder's last hidden states ``[B, L, width]``."""
         memory = self.encode(batch)
         segments = batch["decoder_segment_ids"]
         x = self._embed(batch["decoder_input_ids"])
         x = self.dropout(x + self.decoder_positions(batch["decoder_positions"]))
-        mask = document_causal_mask(segments)
-        cross_mask = document_mask(segments, batch["encoder_segment_ids"])
+        kind = self.attention
+        attend = document_attention(kind, segments, segments, causal=True)
+        cross = document_attention(kind, segments, batch["encoder_segment_ids"], causal=False)
         for block in self.decoder:
-            x = block(x, mask, memory, cross_mask)
-        return self.decoder_norm(x) @ self.token_embedding.weight.T
+            x = block(x, attend, memory, cross)
+        return self.decoder_norm(x)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The loss summed over the decoder's weighted target tokens (float32)."""
-        logits = self.logits(batch).float()
-        losses = F.cross_entropy(
-            logits.flatten(0, 1), batch["decoder_target_ids"].flatten(), reduction="none"
+        """The loss summed over the decoder's weighted target tokens (float32), a chunk of
+        positions at a time (``trainer.models.loss``)."""
+        return chunked_cross_entropy(
+            self.decode(batch),
+            self.token_embedding.weight,
+            batch["decoder_target_ids"],
+            batch["decoder_loss_weights"],
+            static_shapes=self.static_shapes,
         )
-        return (losses * batch["decoder_loss_weights"].flatten()).sum()

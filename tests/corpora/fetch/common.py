@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from corpora.fetch import Fetcher, FetchSettings, ImageOutcome
+from corpora.fetch.robots import RobotsBook
 
 # Loopback is let through the guard for these tests only through allow_networks,
 # so the guard itself stays on (and refuses every other private address).
@@ -27,3 +28,11 @@ def fetch_all(urls: Iterable[str], settings: FetchSettings = FAST) -> dict[str, 
 
 def fetch_one(url: str, settings: FetchSettings = FAST) -> ImageOutcome:
     return fetch_all([url], settings)[url]
+
+
+def knowing(*origins: str, clock=lambda: 0.0) -> RobotsBook:
+    """A robots book that has already heard "no robots.txt" (404) from ``origins``."""
+    book = RobotsBook(clock=clock)
+    for origin in origins:
+        book.learn(origin, 404)
+    return book

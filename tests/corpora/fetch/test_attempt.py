@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from corpora import __version__
 from corpora.fetch.attempt import Attempt, attempt, opted_out
 from corpora.fetch.connections import ConnectionPool, DnsCache
 from tests.corpora.fetch.common import FAST
@@ -101,6 +102,9 @@ def test_opt_out_can_be_turned_off(server):
         (["max-image-preview:large, noai"], True),
         (["unavailable_after: 25 Jun 2010 15:00:00 PST"], False),
         (["nofollow", "noimageai"], True),
+        (["noml"], True),
+        (["corpora: noml"], True),
+        (["otherbot: noml"], False),
         ([], False),
     ],
 )
@@ -108,7 +112,7 @@ def test_opted_out(tags, expected):
     assert opted_out(tags) is expected
 
 
-def test_user_agent_is_sent(server):
+def test_user_agent_is_sent_with_the_corpora_token_and_the_contact(server):
     seen = []
     server.route(
         "/ua",
@@ -119,7 +123,41 @@ def test_user_agent_is_sent(server):
     )
     settings = dataclasses.replace(FAST, user_agent="mybot/1.0 (+https://example.org/bot)")
     assert once(server.url("/ua"), settings).data
-    assert seen == ["mybot/1.0 (+https://example.org/bot)"]
+    default = dataclasses.replace(FAST, contact="mailto:crawl@lab.example")
+    assert once(server.url("/ua"), default).data
+    assert seen == [
+        f"mybot/1.0 (+https://example.org/bot) corpora/{__version__}",
+        f"corpora/{__version__} (multimodal corpus builder; honours robots.txt; "
+        "+mailto:crawl@lab.example)",
+    ]
+
+
+def test_tdm_reservation_and_noml_end_before_the_body(server):
+    def reserved(handler, headers):
+        handler.send_body(200, image_bytes(8, 8, "r"), "image/jpeg", headers)
+
+    server.route("/tdm", lambda handler: reserved(handler, {"tdm-reservation": "1"}))
+    server.route("/tdm0", lambda handler: reserved(handler, {"tdm-reservation": "0"}))
+    server.route("/noml", lambda handler: reserved(handler, {"X-Robots-Tag": "noml"}))
+    assert once(server.url("/tdm")).reason == "tdm_reserved"
+    assert once(server.url("/tdm0")).data
+    assert once(server.url("/noml")).reason == "opted_out"
+    ignoring = dataclasses.replace(FAST, respect_opt_out=False)
+    assert once(server.url("/tdm"), ignoring).data and once(server.url("/noml"), ignoring).data
+
+
+def test_a_robots_request_keeps_the_first_500_kib_and_skips_the_opt_outs(server):
+    text = b"User-agent: *\nDisallow: /x\n" + b"#" * (600 << 10)
+    server.route(
+        "/robots.txt",
+        lambda handler: handler.send_body(200, text, "text/plain", {"X-Robots-Tag": "noai"}),
+    )
+    pool = ConnectionPool(1)
+    try:
+        got = attempt(server.url("/robots.txt"), FAST, pool, DnsCache(), policy_file=True)
+    finally:
+        pool.close()
+    assert got.reason is None and got.data == text[: 512 << 10]
 
 
 def test_file_urls_and_paths_under_an_allowed_directory(tmp_path):

@@ -91,6 +91,51 @@ def test_size_and_aspect_checks():
     assert process_image(image_bytes(100, 60, "fine"), settings).reason is None
 
 
+def test_a_narrow_image_is_never_resized_into_a_bomb():
+    """Issue 30, defect 1: a 1x12000 PNG of 100 bytes would be scaled on its
+    shorter side to 336x4,032,000 (1.4 GB). By default its aspect ratio
+    refuses it; where the user lifts that limit, the resize's output cap does,
+    both from the header alone."""
+    narrow = encode(Image.new("L", (1, 12_000)), "PNG")
+    assert len(narrow) < 200
+    settings = dataclasses.replace(FAST, image_size=336, resize_mode="center_crop")
+    assert FetchSettings().max_aspect_ratio == 64
+    assert process_image(narrow, settings).reason == "aspect_ratio_above_max"
+    unlimited = dataclasses.replace(settings, max_aspect_ratio=float("inf"))
+    outcome = process_image(narrow, unlimited)
+    assert outcome.reason == "too_many_pixels"
+    assert outcome.detail == "1x12000 would resize to 336x4032000 before the crop"
+    # scaled on its longer side the same image is small, and is kept
+    assert process_image(narrow, dataclasses.replace(unlimited, resize_mode="border")).ok
+
+
+@pytest.mark.parametrize("field", ["max_aspect_ratio", "per_host_rate", "progress_interval"])
+def test_nan_is_refused_where_a_number_is_compared(field):
+    """Issue 30, defect 16: NaN passed every comparison and turned checks off."""
+    with pytest.raises(ValueError, match=field.replace("_", " ")):
+        FetchSettings(**{field: float("nan")})
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 8 8\nshowpage\n",  # Ghostscript's
+        b"P6\n1 1\n255\n\x00\x00\x00",  # PPM: Pillow reads it, the docs do not list it
+        encode(Image.new("RGB", (8, 8)), "PCX"),
+    ],
+    ids=["eps", "ppm", "pcx"],
+)
+def test_only_the_listed_formats_are_decoded(data):
+    """Issue 30, defect 16: Pillow opened every format it knows, EPS through
+    Ghostscript; a format docs/fetch.md does not list is not_image."""
+    assert process_image(data, FAST).reason == "not_image"
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "WEBP", "GIF", "BMP", "TIFF", "AVIF"])
+def test_the_listed_formats_are_decoded(fmt):
+    assert process_image(encode(Image.new("RGB", (64, 48), (9, 99, 199)), fmt), FAST).ok
+
+
 def test_a_decompression_bomb_is_refused_from_its_header():
     result = process_image(png_header_bomb(), FAST)
     assert result.reason == "too_many_pixels" and "400000000 pixels" in result.detail

@@ -58,3 +58,15 @@ def test_idle_hosts_are_forgotten_once_their_bucket_is_full_again():
     assert set(policy._hosts) == {"c"}
     policy.forget_idle(10.0)
     assert policy._hosts == {}
+
+
+def test_a_crawl_delay_spaces_starts_beyond_the_rate_and_outlives_forgetting():
+    policy = HostPolicy(max_concurrent=4, rate=10.0)
+    policy.space("a", 2.0)
+    assert policy.try_acquire("a", 0.0) == 0.0
+    policy.release("a")
+    assert policy.try_acquire("a", 1.0) == pytest.approx(1.0)  # the rate alone would allow it
+    policy.forget_idle(100.0)
+    assert policy.try_acquire("a", 100.0) == 0.0
+    assert policy.try_acquire("a", 100.5) == pytest.approx(1.5)
+    assert policy.try_acquire("b", 100.5) == 0.0  # other hosts keep their own pace

@@ -11,7 +11,7 @@ import pytest
 from corpora.fetch import Fetcher
 from corpora.fetch.attempt import Attempt
 from corpora.fetch.scheduler import Schedule, Task, host_of
-from tests.corpora.fetch.common import FAST, fetch_all, fetch_one
+from tests.corpora.fetch.common import FAST, fetch_all, fetch_one, knowing
 from tests.servers import ImageServer, image_bytes
 
 pytestmark = pytest.mark.timeout(60)
@@ -56,8 +56,12 @@ def clock():
     return Clock()
 
 
-def schedule(settings=FAST, urls=(), clock=None) -> Schedule:
-    fetcher = Fetcher(settings, clock=clock or Clock())
+# the hosts the step tests name, whose robots.txt is known (404: allow all)
+KNOWN = tuple(f"http://{host}" for host in ("a.example", "b.example", "198.51.100.7", "h0.example"))
+
+
+def schedule(settings=FAST, urls=(), clock=None, known=()) -> Schedule:
+    fetcher = Fetcher(settings, clock=clock or Clock(), robots=knowing(*KNOWN, *known))
     return Schedule(fetcher, urls)
 
 
@@ -104,7 +108,7 @@ def test_start_holds_a_host_at_its_limit_and_starts_the_others(server, tmp_path)
     path.write_bytes(image_bytes(8, 8, "local"))
     settings = dataclasses.replace(FAST, per_host_concurrency=2, allow_local_files=(str(tmp_path),))
     urls = [server.url(f"/img/8x8/{i}.jpg") for i in range(3)] + [path.as_uri()]
-    steps = schedule(settings, urls)
+    steps = schedule(settings, urls, known=(server.base,))
     steps.admit(0.0)
     assert steps.start(0.0) == float("inf")  # the third waits for one of the two to finish
     assert steps.in_flight == 3 and [t.url for t in steps.queued["127.0.0.1"]] == [urls[2]]
@@ -282,3 +286,97 @@ def test_per_host_rate_spaces_request_starts(server):
     times = sorted(server.request_times)
     # five start at once (one second's worth), the next five 0.2 s apart
     assert times[-1] - times[0] >= 0.8
+
+
+# ---------------------------------------------------------------- robots.txt
+
+
+def robots_txt(server: ImageServer, status: int, text: str = "") -> None:
+    server.route(
+        "/robots.txt",
+        lambda handler: handler.send_body(status, text.encode(), "text/plain"),
+    )
+
+
+def test_robots_txt_is_asked_once_and_a_disallowed_path_is_never_requested(server):
+    robots_txt(server, 200, "User-agent: *\nDisallow: /private/\n")
+    private = [server.url(f"/private/img/8x8/{i}.jpg") for i in range(3)]
+    public = [server.url(f"/img/8x8/{i}.jpg") for i in range(3)]
+    outcomes = fetch_all(private + public)
+    assert [outcomes[u].reason for u in private] == ["robots_disallowed"] * 3
+    assert all(outcomes[u].ok for u in public)
+    assert server.requests.count("/robots.txt") == 1
+    assert not [path for path in server.requests if path.startswith("/private/")]
+
+
+def test_our_own_group_is_followed_over_the_wildcard(server):
+    robots_txt(server, 200, "User-agent: *\nAllow: /\n\nUser-agent: corpora\nDisallow: /img/\n")
+    url = server.url("/img/8x8/a.jpg")
+    assert fetch_one(url).reason == "robots_disallowed" and server.requests == ["/robots.txt"]
+
+
+def test_no_robots_txt_allows_everything(server):
+    urls = [server.url(f"/img/8x8/{i}.jpg") for i in range(4)]  # the server answers 404
+    assert all(o.ok for o in fetch_all(urls).values())
+    assert server.requests.count("/robots.txt") == 1 and len(server.requests) == 5
+
+
+def test_a_robots_txt_that_answers_503_blocks_the_host_with_its_reason(server):
+    robots_txt(server, 503)
+    urls = [server.url(f"/img/8x8/{i}.jpg") for i in range(3)]
+    outcomes = fetch_all(urls, dataclasses.replace(FAST, max_attempts=2))
+    assert {o.reason for o in outcomes.values()} == {"robots_unavailable"}
+    assert outcomes[urls[0]].detail == "robots.txt: HTTP 503"
+    assert server.requests == ["/robots.txt"] * 2  # retried like any 5xx, then given up
+
+
+def test_a_redirect_hop_to_another_host_asks_that_host_s_robots_txt(server):
+    with ImageServer("127.0.0.1") as other:
+        robots_txt(other, 200, "User-agent: *\nDisallow: /\n")
+        hop = server.url("/redirect?to=" + other.url("/img/8x8/there.jpg"))
+        assert fetch_one(hop).reason == "robots_disallowed"
+        assert other.requests == ["/robots.txt"]
+
+
+def test_crawl_delay_spaces_a_host_s_requests_on_the_fetcher_s_clock(server, clock):
+    robots_txt(server, 200, "User-agent: *\nCrawl-delay: 2\n")
+    started = []
+
+    def image(handler):
+        started.append(clock.now)
+        handler.send_body(200, image_bytes(8, 8, handler.path), "image/jpeg")
+
+    urls = []
+    for i in range(4):
+        server.route(f"/delayed/{i}.jpg", image)
+        urls.append(server.url(f"/delayed/{i}.jpg"))
+
+    def sleep(seconds: float) -> None:
+        clock.now += seconds
+
+    with Fetcher(FAST, clock=clock, sleep=sleep) as fetcher:
+        assert all(outcome.ok for _, outcome in fetcher.fetch(urls))
+    gaps = [later - earlier for earlier, later in zip(started, started[1:])]
+    assert len(started) == 4 and min(gaps) >= 2.0
+
+
+def test_tdmrep_json_is_asked_once_where_asked_for_and_reserved_images_are_not_requested(
+    server,
+):
+    server.route(
+        "/.well-known/tdmrep.json",
+        lambda handler: handler.send_body(
+            200, b'[{"location": "/img/*", "tdm-reservation": 1}]', "application/json"
+        ),
+    )
+    urls = [
+        server.url("/img/8x8/a.jpg"),
+        server.url("/img/8x8/b.jpg"),
+        server.url("/png/8x8/c.png"),
+    ]
+    outcomes = fetch_all(urls, dataclasses.replace(FAST, tdmrep=True))
+    assert [outcomes[u].reason for u in urls] == ["tdm_reserved", "tdm_reserved", None]
+    assert server.requests == ["/robots.txt", "/.well-known/tdmrep.json", "/png/8x8/c.png"]
+    del server.requests[:]
+    assert all(o.ok for o in fetch_all(urls).values())  # not asked for: not read
+    assert "/.well-known/tdmrep.json" not in server.requests

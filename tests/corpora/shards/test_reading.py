@@ -147,9 +147,11 @@ def test_a_shard_without_its_manifest_is_located_only_when_none_is_needed(build,
                 "manifest.json",
                 json.dumps(
                     {
+                        "seq_len": 16,
                         "image_token_id": 9,
                         "bos_id": 1,
                         "eos_id": 2,
+                        "pad_id": 0,
                         "tokens_per_image": 2,
                         "shards": [
                             {"path": "x.tar", "samples": 1, "bytes": 10, "sha256": "0" * 64}
@@ -283,7 +285,10 @@ def test_a_link_out_of_the_build_is_refused(build, tmp_path):
 @pytest.mark.parametrize(
     "change, named",
     [
-        (lambda m: m.update(image_token_id="500"), "image_token_id is '500', not an integer"),
+        (
+            lambda m: m.update(image_token_id="500"),
+            "image_token_id is '500', not an integer in [-1, 2147483647]",
+        ),
         (lambda m: m.update(tokenizer="t.model"), "tokenizer is 't.model'"),
         (lambda m: m.update(shards={"path": "x"}), "shards is {'path': 'x'}, not a list"),
         (lambda m: m["shards"][0].update(sha256=5), "shard 0's sha256 is 5"),

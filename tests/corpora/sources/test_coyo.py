@@ -136,3 +136,65 @@ def test_a_column_of_the_wrong_type_is_named_before_the_build(tmp_path):
         coyo.check(stream, path)
     with open(path, "rb") as stream, pytest.raises(InputError, match=message):
         list(coyo.read(stream, path))
+
+
+# Issue 30, defects 4 and 16: parquet cells were read whole into Python with no cap
+
+
+def _table(texts: list[str]):
+    import pyarrow as pa
+
+    count = len(texts)
+    return pa.table(
+        {
+            "id": pa.array(range(1, count + 1), pa.int64()),
+            "url": [f"https://img.example/{i}.jpg" for i in range(count)],
+            "text": texts,
+        }
+    )
+
+
+def test_a_cell_over_the_cap_drops_its_row_and_only_it(tmp_path):
+    path = str(tmp_path / "part-0.parquet")
+    pq.write_table(_table(["a photo", "x" * 5000, "a dog"]), path)
+    with open(path, "rb") as stream:
+        results = list(coyo.read(stream, path, max_line_bytes=1000))
+    assert [type(r).__name__ for r in results] == ["Document", "Drop", "Document"]
+    assert results[1].reason == "line_too_long"
+    assert results[1].detail == "a value of 5000 bytes, over the 1000 cap"
+
+
+def test_a_dictionary_encoded_text_becomes_strings_a_slice_at_a_time(tmp_path, monkeypatch):
+    """One 64 KiB text repeated on 2,000 rows is 128 KiB on disk; read as it
+    was, the batch held 128 MiB of Python bytes at once."""
+    import tracemalloc
+
+    path = str(tmp_path / "part-0.parquet")
+    pq.write_table(_table(["w" * 65536] * 2000), path, use_dictionary=True)
+    assert pq.ParquetFile(path).metadata.serialized_size < 1 << 20
+    monkeypatch.setattr(coyo, "SLICE_BYTES", 4 << 20)
+    tracemalloc.start()
+    try:
+        with open(path, "rb") as stream:
+            kept = sum(1 for r in coyo.read(stream, path) if isinstance(r, Document))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert kept == 2000
+    assert peak < 16 << 20, peak
+
+
+def test_a_column_twice_is_an_input_error_naming_it(tmp_path):
+    import pyarrow as pa
+
+    table = _table(["a photo"])
+    table = pa.Table.from_arrays(
+        [*table.columns, table.column("text")], [*table.schema.names, "text"]
+    )
+    path = str(tmp_path / "part-0.parquet")
+    pq.write_table(table, path)
+    with (
+        open(path, "rb") as stream,
+        pytest.raises(InputError, match="column 'text' appears 2 times"),
+    ):
+        list(coyo.read(stream, path))

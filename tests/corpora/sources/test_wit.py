@@ -181,3 +181,20 @@ def test_a_line_over_the_cap_is_dropped_and_the_next_rows_are_read(tmp_path):
     assert [r.id for r in capped[4:] if isinstance(r, Document)] == [
         r.id for r in whole[4:] if isinstance(r, Document)
     ]
+
+
+def test_a_quote_left_open_gathers_no_more_than_the_line_cap(tmp_path):
+    """Issue 30, defect 3: one open quote followed by many short lines was read
+    as one field (the csv field limit was 2^31 - 1), past --max-line-bytes. The
+    row is capped as a line is, and what is left of its field is read past."""
+    header = "\t".join(wit.COLUMNS)
+    opened = "\t".join(['"never closed'] + ["x"] * (len(wit.COLUMNS) - 1))
+    body = "\n".join([header, opened] + ["short line"] * 20_000) + "\n"  # 220 kB after it
+    path = str(tmp_path / "wit_v1.train.all-1.tsv.gz")
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        handle.write(body)
+    with open(path, "rb") as stream:
+        results = list(wit.read(stream, path, max_line_bytes=4000))
+    # the row and the rest of its open field are one record, dropped as too long
+    assert [r.reason for r in results] == ["line_too_long"]
+    assert results[0].record_id.endswith(":2") and results[0].detail.endswith("over the 4000 cap")

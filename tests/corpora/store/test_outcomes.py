@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from corpora.fetch import REASONS
 from corpora.fetch.settings import TRANSIENT
 from corpora.store.outcomes import (
+    RECHECKED,
     RETRYABLE,
     UNKNOWN,
     Failed,
@@ -22,10 +23,16 @@ from corpora.store.outcomes import (
 STORED = Stored("u", "k", ImageRef("a.tar", 512, 3, "ab"), 4, 4, "JPEG", 200)
 
 
-def test_retryable_reasons_are_timeouts_connection_errors_5xx_and_429():
-    assert RETRYABLE == {"timeout", "connection_error", "http_5xx", "http_429"}
+def test_retryable_reasons_are_timeouts_connection_errors_5xx_429_and_no_robots_txt():
+    assert RETRYABLE == {
+        "timeout",
+        "connection_error",
+        "http_5xx",
+        "http_429",
+        "robots_unavailable",
+    }
     assert TRANSIENT <= RETRYABLE  # what a build retries at once, a later build may too
-    assert RETRYABLE <= set(REASONS)
+    assert RETRYABLE <= set(REASONS) and RECHECKED <= set(REASONS)
 
 
 def test_decisions_for_every_fetch_reason():
@@ -33,8 +40,10 @@ def test_decisions_for_every_fetch_reason():
     for reason in reasons:
         failed = Failed("u", reason)
         assert needs_fetch(failed) is False  # a plain resume never refetches a failure
-        assert needs_fetch(failed, refetch_failures=True) is (reason in RETRYABLE), reason
-    assert needs_fetch(Failed("u", "opted_out", 200), refetch_failures=True) is False
+        again = reason in RETRYABLE or reason in RECHECKED
+        assert needs_fetch(failed, refetch_failures=True) is again, reason
+    for reason in ("opted_out", "tdm_reserved", "http_404", "not_image"):
+        assert needs_fetch(Failed("u", reason, 200), refetch_failures=True) is False
     assert needs_fetch(UNKNOWN) and needs_fetch(UNKNOWN, refetch_failures=True)
     assert not needs_fetch(STORED) and not needs_fetch(STORED, refetch_failures=True)
 

@@ -1,11 +1,11 @@
 """Where the CPU of a whole command goes: py-spy on the commands of ``e2e.py``.
 
-    python benchmarks/profile.py coyo --urls 1000            # corpora build coyo, realistic photos
-    python benchmarks/profile.py img2dataset --urls 1000     # img2dataset on the same URLs
-    python benchmarks/profile.py c4 --documents 20000        # corpora build c4
-    python benchmarks/profile.py loop --documents 20000      # the plain SentencePiece loop
-    python benchmarks/profile.py smoke                       # corpora build mmc4-pairs --smoke
-    python benchmarks/profile.py summary benchmarks/profiles/coyo-realistic-1000.collapsed.gz
+    python benchmarks/stage_profile.py coyo --urls 1000         # corpora build coyo, real photos
+    python benchmarks/stage_profile.py img2dataset --urls 1000  # img2dataset on the same URLs
+    python benchmarks/stage_profile.py c4 --documents 20000     # corpora build c4
+    python benchmarks/stage_profile.py loop --documents 20000   # the plain SentencePiece loop
+    python benchmarks/stage_profile.py smoke                    # corpora build mmc4-pairs --smoke
+    python benchmarks/stage_profile.py summary benchmarks/profiles/coyo-realistic-1000.collapsed.gz
 
 py-spy (``pip install py-spy``) samples every thread of every process of the
 tree (Beam's SDK workers and img2dataset's pool included) ``--rate`` times a
