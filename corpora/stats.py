@@ -357,7 +357,8 @@ def funnel_section(
     funnel: Mapping[str, Any] | None, images_removed: Mapping[str, int] | None = None
 ) -> dict[str, Any] | None:
     """The funnel of ``stats.json``, with the images removed from kept records
-    (``--min-sim``, ``--max-images``, CLIP: the manifest's ``images_removed``).
+    (``--min-sim``, ``--max-images``, CLIP: the manifest's ``images_removed``)
+    where there are any (a build without keeps the bytes it had before).
 
     >>> section = funnel_section({"unit": "document", "input": 4, "kept": 3,
     ...     "dropped": {"no_images": 1}}, {"clip_similarity_below_min": 2})
@@ -368,14 +369,16 @@ def funnel_section(
         return None
     total = int(funnel["input"])
     removed = sorted((images_removed or {}).items(), key=lambda kv: (-kv[1], kv[0]))
-    return {
+    section = {
         "unit": funnel.get("unit"),
         "input": total,
         "kept": int(funnel["kept"]),
         "kept_share": _ratio(int(funnel["kept"]), total),
         "dropped": _reasons(funnel.get("dropped", {}), total),
-        "images_removed": [{"reason": r, "count": int(n)} for r, n in removed if n],
     }
+    if any(n for _, n in removed):
+        section["images_removed"] = [{"reason": r, "count": int(n)} for r, n in removed if n]
+    return section
 
 
 def fetch_drops(manifest: Mapping[str, Any]) -> collections.Counter:

@@ -247,7 +247,6 @@ def independent_stats(directory: str) -> dict:
             "dropped": [
                 {"reason": r, "count": c, "share": c / funnel["input"]} for r, c in dropped
             ],
-            "images_removed": [],  # a pairs build removes no image from a kept pair
         },
         "scores": {name: _score_dist(values) for name, values in scores.items()},
         "image_fetch": {
