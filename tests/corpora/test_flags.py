@@ -173,7 +173,7 @@ def test_min_clip_sim_with_clip_model_is_the_computed_score_threshold(tiny_clip)
             "--allow-local-files /no/such/dir: not a directory",
         ),
         ("c4", {"max_line_bytes": 0}, "max_line_bytes must be at least 1, got 0"),
-        ("mmc4", {"seq_len": 4}, "seq_len must be at least 8, got 4"),
+        ("mmc4", {"seq_len": 4}, "seq_len must be in 8..1048576, got 4"),
         ("c4", {"clip_pretrained": "openai"}, "--clip-pretrained needs --clip-model"),
         ("coyo", {"save_embeddings": True}, "--save-embeddings needs --clip-model"),
         (
