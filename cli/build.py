@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import click
 from click.core import ParameterSource
 
-from cli.common import UsageFailure, pipeline_failed, usage_errors
+from cli.common import UsageFailure, echo, pipeline_failed, usage_errors
 from cli.quiet import only_corpora_lines
 from corpora.advice import failures_advice, nothing_kept
 from corpora.bundled_sample import sample_contents
@@ -72,7 +72,7 @@ def _build(
         clip_line = describe_clip(settings)
         if not flags["inputs"]:
             sample = settings.inputs[0]
-            click.echo(
+            echo(
                 f"No --input given: building the bundled sample corpus "
                 f"({sample_contents(sample)}): {sample}"
             )
@@ -84,14 +84,14 @@ def _build(
         zygote.close()  # not needed after all
         zygote = None
     if clip_line:
-        click.echo(clip_line)
+        echo(clip_line)
     # remote runners size their own workers unless --workers is given
     shown = runner.runner == "DirectRunner" or not fit_workers
     where = f" ({runner.workers} worker{'s' if runner.workers != 1 else ''})" if shown else ""
-    click.echo(f"Building {corpus} → {settings.output} with {runner.runner}{where}")
-    click.echo("  " + ", ".join(f"{k}={v}" for k, v in settings.derived().items()))
+    echo(f"Building {corpus} → {settings.output} with {runner.runner}{where}")
+    echo("  " + ", ".join(f"{k}={v}" for k, v in settings.derived().items()))
     if settings.corpus_options:
-        click.echo("  " + ", ".join(f"{k}={v}" for k, v in settings.corpus_options.items()))
+        echo("  " + ", ".join(f"{k}={v}" for k, v in settings.corpus_options.items()))
     try:
         with usage_errors(SettingsChanged, RunnerError, LockError), only_corpora_lines(not verbose):
             outcome = execute(
@@ -107,7 +107,7 @@ def _build(
     except Exception as exc:  # one line: exit 2 for an unreadable input, 1 otherwise
         pipeline_failed(exc, "build", verbose)
     if outcome.manifest is None:
-        click.echo(
+        echo(
             f"Dry run: the {runner.runner} job was built and validated; nothing was run or written."
         )
         return
@@ -115,7 +115,7 @@ def _build(
     print_run(outcome)
     empty = nothing_kept(outcome.manifest)
     if empty is not None:  # input records, none kept: a failure with its likeliest cause
-        click.echo(f"corpora: {empty}", err=True)
+        echo(f"corpora: {empty}", err=True)
         sys.exit(1)
 
 
@@ -123,17 +123,17 @@ def print_run(outcome) -> None:
     counters, rates = outcome.counters, outcome.throughput()
     resumed = counters.get("shards.resumed", 0)
     if resumed:
-        click.echo(
+        echo(
             f"Resumed: {resumed} shard(s) were already complete and left as they were; "
             f"{counters.get('shards', 0)} written now"
         )
-    click.echo(
+    echo(
         f"Throughput over {outcome.seconds:.1f} s: {rates['input_per_s']:.1f} input records/s, "
         f"{rates['images_per_s']:.1f} images/s, {rates['megabytes_per_s']:.2f} MB/s of shards"
     )
     images = {k[len("images.") :]: v for k, v in counters.items() if k.startswith("images.")}
     if images:
-        click.echo("  image fetches: " + ", ".join(f"{k} {v}" for k, v in sorted(images.items())))
+        echo("  image fetches: " + ", ".join(f"{k} {v}" for k, v in sorted(images.items())))
 
 
 def print_summary(manifest: dict) -> None:
@@ -144,19 +144,19 @@ def print_summary(manifest: dict) -> None:
     )
     attempted = (manifest.get("images") or {}).get("input", 0)  # a text corpus attempts none
     images = f", {format_count(totals['images'], 'image')}" if attempted else ""
-    click.echo(f"Wrote {', '.join(counts)}{images}")
+    echo(f"Wrote {', '.join(counts)}{images}")
     if manifest["shard_pattern"]:
-        click.echo(f"  shards: {manifest['shard_pattern']}")
-    click.echo(f"Funnel ({funnel['unit']}s): input {funnel['input']}, kept {funnel['kept']}")
+        echo(f"  shards: {manifest['shard_pattern']}")
+    echo(f"Funnel ({funnel['unit']}s): input {funnel['input']}, kept {funnel['kept']}")
     for reason, count in sorted(funnel["dropped"].items(), key=lambda kv: -kv[1]):
-        click.echo(f"  dropped {reason}: {count}")
+        echo(f"  dropped {reason}: {count}")
     removed = manifest.get("images_removed") or {}
     for reason, count in sorted(removed.items(), key=lambda kv: -kv[1]):
-        click.echo(f"  images removed from kept {funnel['unit']}s, {reason}: {count}")
-    click.echo("Statistics: stats.json (`corpora stats DIR`, `corpora report DIR`)")
+        echo(f"  images removed from kept {funnel['unit']}s, {reason}: {count}")
+    echo("Statistics: stats.json (`corpora stats DIR`, `corpora report DIR`)")
     images = manifest.get("images")
     if images and images["input"]:  # a text corpus attempts none
-        click.echo(
+        echo(
             f"Images: {images['input']} attempted, {images['ok']} ok"
             + "".join(
                 f", {reason} {n}"
@@ -164,4 +164,4 @@ def print_summary(manifest: dict) -> None:
             )
         )
         if images["failed"]:
-            click.echo("  " + failures_advice(images))
+            echo("  " + failures_advice(images))

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import click
 
-from cli.common import CorpusName, UsageFailure, pipeline_failed, usage_errors
+from cli.common import CorpusName, UsageFailure, echo, pipeline_failed, usage_errors
 from cli.corpus_options import corpus_options
 from cli.fetch_options import fetch_options
 from cli.quiet import only_corpora_lines
@@ -99,7 +99,7 @@ def _fetch(
         settings = resolve_inputs(settings_from_flags(corpus, **flags))
         check_store(settings.store)
         ImageStore.open(settings.store.uri)  # created now: a user named it
-    click.echo(f"Fetching {corpus} images → {settings.store.uri} with {runner.runner}")
+    echo(f"Fetching {corpus} images → {settings.store.uri} with {runner.runner}")
     try:
         with usage_errors(RunnerError), only_corpora_lines(not verbose):
             counters, seconds = run_fetch(
@@ -116,12 +116,12 @@ def print_fetch(counters: dict[str, int], seconds: float, store: str) -> None:
     images = {k[len("images.") :]: v for k, v in counters.items() if k.startswith("images.")}
     arrived = {k[len("arrived.") :]: v for k, v in counters.items() if k.startswith("arrived.")}
     failed = {reason: n for reason, n in images.items() if reason != "ok"}
-    click.echo(
+    echo(
         f"Images: {sum(images.values())} in {seconds:.1f} s, {images.get('ok', 0)} ok"
         + "".join(f", {reason} {n}" for reason, n in sorted(failed.items(), key=lambda kv: -kv[1]))
     )
-    click.echo(
+    echo(
         "  arrived: "
         + ", ".join(f"{way} {arrived.get(way, 0)}" for way in ("fetched", "store", "img2dataset"))
     )
-    click.echo(f"Kept in {store}; build from it with --image-store {store}")
+    echo(f"Kept in {store}; build from it with --image-store {store}")

@@ -56,7 +56,7 @@ def list_corpora() -> None:
     """List the corpora that `corpora build` can build."""
     width = max(len(name) for name in catalog.CORPORA)
     for name, spec in catalog.CORPORA.items():
-        click.echo(f"{name:<{width}}  {spec.summary}")
+        echo(f"{name:<{width}}  {spec.summary}")
 
 
 @cli.command(cls=BuildCommand)
@@ -318,7 +318,7 @@ def tokenizer_train(inputs, vocab_size, output, model_type, max_sentences):
 
     with usage_errors(InputError):
         files = match_corpus_files(inputs)
-    click.echo(
+    echo(
         f"Training a {model_type} SentencePiece model, vocab {vocab_size}, on {len(files)} file(s)"
     )
     with usage_errors(InputError, TrainingError):
@@ -326,11 +326,11 @@ def tokenizer_train(inputs, vocab_size, output, model_type, max_sentences):
             files, output, vocab_size, model_type, max_sentences, progress=_texts_read
         )
     size = spm.SentencePieceProcessor(model_file=output).get_piece_size()
-    click.echo(f"Wrote {output}: {size} pieces from {texts} texts, sha256 {file_sha256(output)}")
+    echo(f"Wrote {output}: {size} pieces from {texts} texts, sha256 {file_sha256(output)}")
 
 
 def _texts_read(count: int) -> None:
-    click.echo(f"  read {count} texts", err=True)
+    echo(f"  read {count} texts", err=True)
 
 
 def _progress(number: int, total: int, shard: str) -> None:

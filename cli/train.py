@@ -408,13 +408,13 @@ def _run(model_config, make_config, flags: dict) -> None:
             line += "; --smoke's models take a --smoke build (corpora build CORPUS --smoke)"
         raise UsageFailure(line) from None
     except KeyboardInterrupt:
-        click.echo("corpora: training interrupted", err=True)
+        echo("corpora: training interrupted", err=True)
         sys.exit(130)
     except Exception as exc:  # the run failed: one line, exit 1
         if logging.getLogger().isEnabledFor(logging.INFO):
             raise
         message = str(exc).strip().splitlines()
-        click.echo(
+        echo(
             f"corpora: training failed: {message[-1] if message else type(exc).__name__}",
             err=True,
         )
@@ -564,4 +564,4 @@ def export(checkpoint, output):
         what = write(checkpoint, output)
     except (ConfigError, OSError, ImportError) as exc:
         raise UsageFailure(str(exc).strip().splitlines()[0]) from None
-    click.echo(f"Exported {what} to {output}")
+    echo(f"Exported {what} to {output}")

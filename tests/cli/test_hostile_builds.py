@@ -279,3 +279,12 @@ def test_sizes_past_what_the_format_allows_are_refused_before_anything_starts(
     assert result.returncode == 2, result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("corpora: ") and message in line
+
+
+def test_a_build_prints_its_paths_as_text(tmp_path):
+    """Defect 11, everywhere: every command prints through one function."""
+    output = str(tmp_path / "out\x1b]0;pwned\x07")
+    result = run_cli("build", "mmc4-pairs", "--output", output, "--progress-every", "0")
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout + result.stderr
+    assert "out\\x1b]0;pwned\\x07" in result.stdout
