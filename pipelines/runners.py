@@ -8,7 +8,9 @@ service (``--job-endpoint``), the path Flink and Spark clusters also take;
 ``SparkRunner`` and ``FlinkRunner`` start Beam's job server for their
 cluster (from a local jar when the cluster has no Maven access);
 ``DataflowRunner`` stages this project's own package, built from
-``pyproject.toml``, to its workers.
+``pyproject.toml``, to its workers; ``DaskRunner`` submits to a
+dask.distributed scheduler (``--dask_client_address`` after ``--``) through
+:mod:`pipelines.dask_runner`, Beam's DaskRunner with the corrections it needs.
 
 Arguments after ``--`` are Beam's: each must be an option one of Beam's
 options classes knows once the chosen runner is loaded (the installed extras'
@@ -34,7 +36,14 @@ from typing import TYPE_CHECKING, Sequence
 if TYPE_CHECKING:
     from apache_beam.options.pipeline_options import PipelineOptions
 
-RUNNERS = ("DirectRunner", "PortableRunner", "DataflowRunner", "SparkRunner", "FlinkRunner")
+RUNNERS = (
+    "DirectRunner",
+    "PortableRunner",
+    "DataflowRunner",
+    "SparkRunner",
+    "FlinkRunner",
+    "DaskRunner",
+)
 ENVIRONMENTS = ("DOCKER", "PROCESS", "EXTERNAL", "LOOPBACK")
 # A DirectRunner build of inputs this small (the bundled sample is 4 KB) runs
 # one worker inside this process unless --workers says otherwise: each worker
@@ -151,6 +160,7 @@ RUNNER_MODULES = {
     "DataflowRunner": "apache_beam.runners.dataflow.dataflow_runner",
     "SparkRunner": "apache_beam.runners.portability.spark_runner",
     "FlinkRunner": "apache_beam.runners.portability.flink_runner",
+    "DaskRunner": "apache_beam.runners.dask.dask_runner",
 }
 
 
@@ -348,7 +358,16 @@ def make_runner(options: PipelineOptions, worker_command: str | None = None):
     when given (a :class:`pipelines.workers.Zygote`'s)."""
     from apache_beam.options.pipeline_options import StandardOptions
 
-    if options.view_as(StandardOptions).runner not in (None, "DirectRunner"):
+    chosen = options.view_as(StandardOptions).runner
+    if chosen == "DaskRunner":
+        try:
+            from pipelines.dask_runner import DaskRunner
+        except ImportError as exc:  # dask, distributed
+            raise RunnerError(
+                f"DaskRunner needs dask and distributed ({exc}); pip install '.[dask]'"
+            ) from None
+        return DaskRunner()
+    if chosen not in (None, "DirectRunner"):
         return None
     from apache_beam.portability.api import beam_provision_api_pb2
     from apache_beam.runners.portability.fn_api_runner import fn_runner
