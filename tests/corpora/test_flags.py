@@ -222,7 +222,9 @@ def test_no_input_builds_the_bundled_sample_where_there_is_one(tmp_path, monkeyp
     # this user's cache, never a fixed folder under /tmp that others share (issue 32, finding 8)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     built = settings_from_flags("mmc4-reordered")
-    assert built.inputs == (str(tmp_path / "cache" / "corpora" / "sample" / "mmc4-sample.jsonl"),)
+    (sample,) = built.inputs
+    assert os.path.dirname(sample) == str(tmp_path / "cache" / "corpora" / "sample")
+    assert os.path.basename(sample).startswith("mmc4-sample-")  # its text's digest (issue 31)
     assert os.path.getsize(built.inputs[0]) > 0
     # its images are local files: the sample build may read them, and only them
     assert built.fetch.allow_local_files == (SAMPLE_IMAGES,)
