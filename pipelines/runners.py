@@ -347,9 +347,36 @@ def use_filesystems(settings: RunnerSettings, verbose: bool = False) -> None:
     from apache_beam.io.filesystems import FileSystems
 
     try:
-        FileSystems.set_options(pipeline_options(settings, verbose=verbose))
+        options = pipeline_options(settings, verbose=verbose)
     except SystemExit:  # Beam's argparse exits on a malformed option
         raise RunnerError("invalid Beam options after --") from None
+    FileSystems.set_options(options)
+    os.environ.update(s3_environment(options.get_all_options()))
+
+
+# Beam's S3 options → the variables botocore reads: s3fs (the image store and
+# the stash, through fsspec) then reaches the same endpoint with the same keys,
+# here and in the worker processes this one starts (they inherit the variables).
+S3_ENVIRONMENT = {
+    "s3_access_key_id": "AWS_ACCESS_KEY_ID",
+    "s3_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+    "s3_session_token": "AWS_SESSION_TOKEN",
+    "s3_region_name": "AWS_DEFAULT_REGION",
+    "s3_endpoint_url": "AWS_ENDPOINT_URL_S3",
+}
+
+
+def s3_environment(options: dict) -> dict[str, str]:
+    """The environment variables of the ``--s3_*`` options that are set.
+
+    >>> s3_environment({"s3_endpoint_url": "http://127.0.0.1:9000", "s3_region_name": None})
+    {'AWS_ENDPOINT_URL_S3': 'http://127.0.0.1:9000'}
+    """
+    return {
+        variable: str(options[name])
+        for name, variable in S3_ENVIRONMENT.items()
+        if options.get(name) is not None
+    }
 
 
 def make_runner(options: PipelineOptions, worker_command: str | None = None):
