@@ -41,6 +41,7 @@ import dataclasses
 import re
 import typing as t
 
+import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.pipeline import AppliedPTransform, PipelineVisitor
 from apache_beam.runners.common import (
@@ -53,6 +54,7 @@ from apache_beam.runners.common import (
 from apache_beam.runners.dask import dask_runner as beam_dask
 from apache_beam.runners.dask import overrides
 from apache_beam.runners.dask import transform_evaluator as beam_ops
+from apache_beam.runners.runner import PipelineState
 from apache_beam.transforms.core import DoFn
 from apache_beam.transforms.sideinputs import SideInputMap
 
@@ -222,7 +224,7 @@ class DaskBagVisitor(PipelineVisitor):
         if kind is overrides._GroupAlsoByWindow:
             # grouping (Beam's GroupByKey op) already took the values out of their windows
             (result,) = inputs
-        elif kind in (beam_ops.apache_beam.ParDo,):
+        elif kind is beam.ParDo:  # exactly: _GroupAlsoByWindow is a subclass
             self._par_do(node, inputs[0])
             return
         elif kind is overrides._Reshuffle:
@@ -283,7 +285,7 @@ class DaskRunnerResult(beam_dask.DaskRunnerResult):
         try:
             return super().wait_until_finish(duration)
         finally:
-            if self._state in ("DONE", "FAILED") or str(self._state).endswith(("DONE", "FAILED")):
+            if self._state in (PipelineState.DONE, PipelineState.FAILED):
                 self.client.close()
 
 
