@@ -390,9 +390,9 @@ def make_runner(options: PipelineOptions, worker_command: str | None = None):
         try:
             from pipelines.dask_runner import DaskRunner
         except ImportError as exc:  # dask, distributed
-            raise RunnerError(
-                f"DaskRunner needs dask and distributed ({exc}); pip install '.[dask]'"
-            ) from None
+            from corpora.extras import missing_extra
+
+            raise RunnerError(missing_extra("dask", "DaskRunner", exc)) from None
         return DaskRunner()
     if chosen not in (None, "DirectRunner"):
         return None
