@@ -78,6 +78,8 @@ def _build(
             )
         settings = resolve_inputs(settings)
         check_store(settings.store)
+        if settings.store.off:
+            click.echo(f"corpora: {settings.store.off}; every image is fetched", err=True)
         if fit_workers:  # a small build: one worker, in this process
             runner = fit_to_input(runner, input_bytes(settings))
     if zygote is not None and runner.workers == 1:

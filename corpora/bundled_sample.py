@@ -12,6 +12,7 @@ written for the project (``corpora/data/sample/c4/README.md``).
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -67,14 +68,42 @@ def c4_sample(directory: str) -> str:
     return C4_SAMPLE
 
 
-def materialize_sample(directory: str) -> str:
-    """Write the sample MMC4 documents with ``file://`` image URLs into
-    ``directory`` and return the path of the ``.jsonl`` file."""
-    images = pathlib.Path(SAMPLE_IMAGES).as_uri()
+def materialize_sample(directory: str, images: str = SAMPLE_IMAGES) -> str:
+    """Write the sample MMC4 documents with ``file://`` URLs of the images in
+    ``images`` into ``directory`` and return the path of the ``.jsonl`` file.
+
+    The file's name carries a digest of its text, which names the images'
+    folder: builds of one installation read one file, which is written whole
+    (a temporary file renamed) and never rewritten under a build that reads
+    it, and an installation elsewhere writes a file of its own beside it
+    (a shared fixed path let one build's sample point at another's images).
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> here = materialize_sample(folder)
+    >>> here == materialize_sample(folder), here == materialize_sample(folder, "/opt/other")
+    (True, False)
+    >>> os.path.basename(here).startswith("mmc4-sample-")
+    True
+    """
+    import hashlib
+    import tempfile
+
+    uri = pathlib.Path(images).as_uri()
     with open(os.path.join(SAMPLE_DIR, "docs.jsonl.template"), encoding="utf-8") as handle:
-        text = handle.read().replace("{SAMPLE_IMAGES}", images)
+        text = handle.read().replace("{SAMPLE_IMAGES}", uri)
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
     os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, "mmc4-sample.jsonl")
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    path = os.path.join(directory, f"mmc4-sample-{digest}.jsonl")
+    if os.path.exists(path):
+        return path
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".mmc4-sample-", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
     return path

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import importlib
 
-EXTRAS = ("clip", "train", "dev", "dataflow", "s3", "all")
+EXTRAS = ("clip", "train", "dev", "dataflow", "s3", "dask", "all")
 # Extras that bring torch, whose default Linux wheels are the CUDA build.
 WITH_TORCH = frozenset({"clip", "train", "all"})
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"

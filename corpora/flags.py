@@ -301,8 +301,9 @@ def _local_directory(given: str) -> str:
 def store_settings(output: str, given: dict[str, Any]) -> StoreSettings:
     """The image store and download of a build writing to ``output``: the
     store is ``OUTPUT/image-store`` unless ``--image-store`` names another
-    or ``--no-image-store`` asks for none (or the output is in a bucket that
-    fsspec cannot open here: gs:// needs gcsfs, s3:// s3fs).
+    or ``--no-image-store`` asks for none. An output in a bucket that fsspec
+    cannot open here (gs:// needs gcsfs, s3:// s3fs) gets none, and ``off``
+    says why.
 
     >>> store_settings("/out", {}).uri
     '/out/image-store'
@@ -312,6 +313,7 @@ def store_settings(output: str, given: dict[str, Any]) -> StoreSettings:
     corpora.flags.FlagError: --refetch-failures needs an image store (drop --no-image-store)
     """
     uri = given.get("image_store")
+    off = None
     if given.get("no_image_store"):
         if uri is not None:
             raise FlagError("--image-store and --no-image-store contradict each other")
@@ -320,8 +322,10 @@ def store_settings(output: str, given: dict[str, Any]) -> StoreSettings:
     elif uri is None:
         if "://" not in output:
             uri = os.path.join(output, STORE_FOLDER)
-        elif reachable(output) is None:  # a bucket fsspec can write here (gcsfs, s3fs)
+        elif (why_not := reachable(output)) is None:  # a bucket fsspec can write (gcsfs, s3fs)
             uri = output.rstrip("/") + "/" + STORE_FOLDER
+        else:  # said at the start and kept in the manifest, never silently
+            off = f"no image store in {output}: {why_not}"
     elif "://" not in uri:
         uri = os.path.abspath(uri)
     for name, where in (("--image-store", uri), ("--images-from", given.get("images_from"))):
@@ -334,7 +338,7 @@ def store_settings(output: str, given: dict[str, Any]) -> StoreSettings:
     absent = given.get("images_absent") or "fetch"
     if absent != "fetch" and images_from is None:
         raise FlagError("--images-absent needs --images-from")
-    return StoreSettings(uri, bool(given.get("refetch_failures")), images_from, absent)
+    return StoreSettings(uri, bool(given.get("refetch_failures")), images_from, absent, off)
 
 
 def _check_tokenizer(path: str) -> None:

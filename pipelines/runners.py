@@ -8,7 +8,9 @@ service (``--job-endpoint``), the path Flink and Spark clusters also take;
 ``SparkRunner`` and ``FlinkRunner`` start Beam's job server for their
 cluster (from a local jar when the cluster has no Maven access);
 ``DataflowRunner`` stages this project's own package, built from
-``pyproject.toml``, to its workers.
+``pyproject.toml``, to its workers; ``DaskRunner`` submits to a
+dask.distributed scheduler (``--dask_client_address`` after ``--``) through
+:mod:`pipelines.dask_runner`, Beam's DaskRunner with the corrections it needs.
 
 Arguments after ``--`` are Beam's: each must be an option one of Beam's
 options classes knows once the chosen runner is loaded (the installed extras'
@@ -34,7 +36,14 @@ from typing import TYPE_CHECKING, Sequence
 if TYPE_CHECKING:
     from apache_beam.options.pipeline_options import PipelineOptions
 
-RUNNERS = ("DirectRunner", "PortableRunner", "DataflowRunner", "SparkRunner", "FlinkRunner")
+RUNNERS = (
+    "DirectRunner",
+    "PortableRunner",
+    "DataflowRunner",
+    "SparkRunner",
+    "FlinkRunner",
+    "DaskRunner",
+)
 ENVIRONMENTS = ("DOCKER", "PROCESS", "EXTERNAL", "LOOPBACK")
 # A DirectRunner build of inputs this small (the bundled sample is 4 KB) runs
 # one worker inside this process unless --workers says otherwise: each worker
@@ -151,6 +160,7 @@ RUNNER_MODULES = {
     "DataflowRunner": "apache_beam.runners.dataflow.dataflow_runner",
     "SparkRunner": "apache_beam.runners.portability.spark_runner",
     "FlinkRunner": "apache_beam.runners.portability.flink_runner",
+    "DaskRunner": "apache_beam.runners.dask.dask_runner",
 }
 
 
@@ -337,9 +347,36 @@ def use_filesystems(settings: RunnerSettings, verbose: bool = False) -> None:
     from apache_beam.io.filesystems import FileSystems
 
     try:
-        FileSystems.set_options(pipeline_options(settings, verbose=verbose))
+        options = pipeline_options(settings, verbose=verbose)
     except SystemExit:  # Beam's argparse exits on a malformed option
         raise RunnerError("invalid Beam options after --") from None
+    FileSystems.set_options(options)
+    os.environ.update(s3_environment(options.get_all_options()))
+
+
+# Beam's S3 options → the variables botocore reads: s3fs (the image store and
+# the stash, through fsspec) then reaches the same endpoint with the same keys,
+# here and in the worker processes this one starts (they inherit the variables).
+S3_ENVIRONMENT = {
+    "s3_access_key_id": "AWS_ACCESS_KEY_ID",
+    "s3_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+    "s3_session_token": "AWS_SESSION_TOKEN",
+    "s3_region_name": "AWS_DEFAULT_REGION",
+    "s3_endpoint_url": "AWS_ENDPOINT_URL_S3",
+}
+
+
+def s3_environment(options: dict) -> dict[str, str]:
+    """The environment variables of the ``--s3_*`` options that are set.
+
+    >>> s3_environment({"s3_endpoint_url": "http://127.0.0.1:9000", "s3_region_name": None})
+    {'AWS_ENDPOINT_URL_S3': 'http://127.0.0.1:9000'}
+    """
+    return {
+        variable: str(options[name])
+        for name, variable in S3_ENVIRONMENT.items()
+        if options.get(name) is not None
+    }
 
 
 def make_runner(options: PipelineOptions, worker_command: str | None = None):
@@ -348,7 +385,16 @@ def make_runner(options: PipelineOptions, worker_command: str | None = None):
     when given (a :class:`pipelines.workers.Zygote`'s)."""
     from apache_beam.options.pipeline_options import StandardOptions
 
-    if options.view_as(StandardOptions).runner not in (None, "DirectRunner"):
+    chosen = options.view_as(StandardOptions).runner
+    if chosen == "DaskRunner":
+        try:
+            from pipelines.dask_runner import DaskRunner
+        except ImportError as exc:  # dask, distributed
+            from corpora.extras import missing_extra
+
+            raise RunnerError(missing_extra("dask", "DaskRunner", exc)) from None
+        return DaskRunner()
+    if chosen not in (None, "DirectRunner"):
         return None
     from apache_beam.portability.api import beam_provision_api_pb2
     from apache_beam.runners.portability.fn_api_runner import fn_runner

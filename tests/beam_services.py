@@ -1,7 +1,7 @@
 """Real services a test starts on 127.0.0.1 and always tears down: Beam's
 local job service (the endpoint PortableRunner submits to, as it would to a
-Flink or Spark job server), Beam's external SDK worker pool, and moto's S3
-server."""
+Flink or Spark job server), Beam's external SDK worker pool, a
+dask.distributed scheduler with its worker processes, and moto's S3 server."""
 
 from __future__ import annotations
 
@@ -91,6 +91,47 @@ def worker_pool(log_dir: str) -> Iterator[str]:
     ]
     with _process(args, port, os.path.join(log_dir, "worker-pool.log")):
         yield f"127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def dask_cluster(log_dir: str, workers: int = 2) -> Iterator[str]:
+    """A dask.distributed scheduler and ``workers`` worker processes (one
+    thread each), started as a user would start them on a cluster's nodes;
+    yields the scheduler's address ``tcp://127.0.0.1:PORT`` once every worker
+    has joined."""
+    from distributed import Client
+
+    port = free_port()
+    scheduler = [
+        sys.executable,
+        "-m",
+        "distributed.cli.dask_scheduler",
+        "--host=127.0.0.1",
+        f"--port={port}",
+        "--no-dashboard",
+    ]
+    address = f"tcp://127.0.0.1:{port}"
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_process(scheduler, port, os.path.join(log_dir, "dask-scheduler.log")))
+        for index in range(workers):
+            worker_port = free_port()
+            worker = [
+                sys.executable,
+                "-m",
+                "distributed.cli.dask_worker",
+                address,
+                "--host=127.0.0.1",
+                f"--worker-port={worker_port}",
+                "--nthreads=1",
+                "--no-nanny",
+                "--no-dashboard",
+                f"--name=worker-{index}",
+            ]
+            log = os.path.join(log_dir, f"dask-worker-{index}.log")
+            stack.enter_context(_process(worker, worker_port, log))
+        with Client(address) as client:
+            client.wait_for_workers(workers)
+        yield address
 
 
 @contextlib.contextmanager

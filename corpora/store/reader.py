@@ -73,7 +73,8 @@ class ImageReader:
         else:
             fs, path = remote
             try:
-                data = fs.cat_file(path, ref.offset, ref.offset + ref.size)
+                # by keyword: s3fs's second parameter is version_id, not start
+                data = fs.cat_file(path, start=ref.offset, end=ref.offset + ref.size)
             except FileNotFoundError:
                 raise StoreError(f"{ref.tar}: the stored tar is gone") from None
         if len(data) != ref.size:

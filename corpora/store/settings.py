@@ -34,6 +34,7 @@ class StoreSettings:
     refetch_failures: bool = False  # fetch again the retryable failures the store records
     images_from: str | None = None  # an img2dataset webdataset output
     absent: str = "fetch"  # what images_from's missing URLs become
+    off: str | None = None  # why a build that would keep a store keeps none (said, and recorded)
 
     def __post_init__(self) -> None:
         if self.absent not in ABSENT_CHOICES:

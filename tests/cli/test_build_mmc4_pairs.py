@@ -222,6 +222,30 @@ def test_bundled_sample_builds_without_arguments(tmp_path):
     assert manifest["totals"]["images"] == 8
 
 
+def test_two_sample_builds_started_together_both_keep_all_their_images(tmp_path):
+    """Both builds write and read the sample in one cache at the same moment
+    (issue 31: a rewrite of a shared sample file under a running build lost
+    it every image)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    def build(name: str):
+        out = str(tmp_path / name)
+        args = ("build", "mmc4-pairs", "--smoke", "--workers", "1", "--output", out)
+        return out, run_cli(*args, env=cache)
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(build, ["first", "second"]))
+    for out, result in results:
+        assert result.returncode == 0, result.stderr
+        manifest = load_manifest(out)
+        assert manifest["funnel"]["dropped"] == {"file_not_found": 1}
+        assert manifest["totals"]["images"] == 8
+    (sample,) = os.listdir(tmp_path / "cache" / "corpora" / "sample")  # no temporary left
+    assert sample.startswith("mmc4-sample-") and sample.endswith(".jsonl")
+
+
 def test_missing_input_and_bad_tokenizer_exit_2_with_one_line(tmp_path, tokenizer_path):
     missing = run_cli(
         "build",

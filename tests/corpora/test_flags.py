@@ -222,7 +222,9 @@ def test_no_input_builds_the_bundled_sample_where_there_is_one(tmp_path, monkeyp
     # this user's cache, never a fixed folder under /tmp that others share (issue 32, finding 8)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     built = settings_from_flags("mmc4-reordered")
-    assert built.inputs == (str(tmp_path / "cache" / "corpora" / "sample" / "mmc4-sample.jsonl"),)
+    (sample,) = built.inputs
+    assert os.path.dirname(sample) == str(tmp_path / "cache" / "corpora" / "sample")
+    assert os.path.basename(sample).startswith("mmc4-sample-")  # its text's digest (issue 31)
     assert os.path.getsize(built.inputs[0]) > 0
     # its images are local files: the sample build may read them, and only them
     assert built.fetch.allow_local_files == (SAMPLE_IMAGES,)
@@ -287,3 +289,14 @@ def test_a_reserved_image_piece_inside_the_vocabulary_is_allowed_when_said():
         settings_from_flags(
             "c4", inputs=("c4.json.gz",), image_token_id=1000, image_token_reserved=True
         )
+
+
+def test_an_output_whose_store_cannot_be_opened_says_why_in_the_settings():
+    # the manifest records settings.store whole: its "off" is the line the build prints
+    from corpora.flags import store_settings
+
+    off = store_settings("abfs://container/out", {})  # no adlfs here
+    assert off.uri is None
+    assert off.off.startswith("no image store in abfs://container/out: ") and "adlfs" in off.off
+    assert store_settings("/out", {}).off is None
+    assert store_settings("/out", {"no_image_store": True}).off is None  # asked for: nothing to say

@@ -442,3 +442,69 @@ def test_cli_dry_run_of_a_dataflow_job_touches_nothing(tmp_path):
         "Dry run: the DataflowRunner job was built and validated; nothing was run or written."
         in result.stdout
     )
+
+
+def test_dask_runner_takes_beams_dask_options_and_runs_through_our_corrections():
+    from apache_beam.runners.dask.dask_runner import DaskOptions
+
+    from pipelines.dask_runner import DaskRunner
+    from pipelines.runners import make_runner
+
+    settings = runner_settings_from_flags(
+        ["--dask_client_address=tcp://10.0.0.5:8786"], runner="DaskRunner"
+    )
+    assert settings.workers == 1 and not settings.local
+    options = pipeline_options(settings)
+    assert options.view_as(StandardOptions).runner == "DaskRunner"
+    assert options.view_as(DaskOptions).address == "tcp://10.0.0.5:8786"
+    assert isinstance(make_runner(options), DaskRunner)
+    with pytest.raises(RunnerError, match="did you mean --dask_client_address"):
+        RunnerSettings(runner="DaskRunner", beam_args=("--dask_client_adress=tcp://h:1",))
+
+
+@pytest.mark.parametrize(
+    "runner, flag, master, job_server",
+    [
+        ("SparkRunner", "--spark-master-url", "spark://spark-master:7077", "SparkJarJobServer"),
+        ("FlinkRunner", "--flink-master", "flink-jobmanager:8081", "FlinkJarJobServer"),
+    ],
+)
+def test_a_job_server_jar_the_user_has_is_run_as_it_is(
+    runner, flag, master, job_server, tmp_path, monkeypatch
+):
+    """Beam's own job server for the runner is started from the given jar:
+    nothing is downloaded (the command runs the local file)."""
+    import importlib
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # Beam's artifacts folder
+    jar = tmp_path / "job-server.jar"
+    jar.write_bytes(b"PK")
+    field = "spark_master_url" if runner == "SparkRunner" else "flink_master"
+    settings = RunnerSettings(runner=runner, job_server_jar=str(jar), **{field: master})
+    options = pipeline_options(settings)
+    module = "spark_runner" if runner == "SparkRunner" else "flink_runner"
+    server_class = getattr(
+        importlib.import_module(f"apache_beam.runners.portability.{module}"), job_server
+    )
+    command, endpoint = server_class(options).subprocess_cmd_and_endpoint()
+    assert command[command.index("-jar") + 1] == str(jar)
+    assert command[command.index(flag) + 1] == master
+    assert endpoint.startswith("localhost:")
+
+
+def test_the_docs_name_only_job_server_jars_beam_publishes():
+    import re
+
+    import apache_beam
+    from apache_beam.utils.subprocess_server import JavaJarServer
+
+    with open(os.path.join(os.path.dirname(PYPROJECT), "docs", "runners.md")) as handle:
+        named = set(re.findall(r"beam-runners-[a-z0-9.-]+-job-server-[0-9.]+\.jar", handle.read()))
+    published = {
+        JavaJarServer.path_to_beam_jar(f":runners:{target}:job-server:shadowJar").rsplit("/", 1)[1]
+        for target in ["spark:3"]
+        + [f"flink:{version}" for version in FlinkRunnerOptions.PUBLISHED_FLINK_VERSIONS]
+    }
+    assert named and named <= published, named - published
+    assert all(apache_beam.__version__ in jar for jar in named)

@@ -180,8 +180,11 @@ def test_s3_round_trip_reads_inputs_from_and_writes_shards_to_a_bucket(
         manifest = json.loads(
             client.get_object(Bucket="corpus", Key="built/manifest.json")["Body"].read()
         )
-        shard_keys = [k for k in keys if k.endswith(".tar")]
+        shard_keys = [k for k in keys if k.endswith(".tar") and "/image-store/" not in k]
         assert shard_keys == [f"built/{s['path']}" for s in manifest["shards"]]
+        # the image store is in the bucket too (s3fs, with the --s3_* options; issue 31)
+        assert "built/image-store/splits/docs.jsonl/complete.json" in keys
+        assert manifest["settings"]["store"]["uri"] == "s3://corpus/built/image-store"
         assert not [k for k in keys if ".tmp-" in k]
         funnel = manifest["funnel"]
         assert (
@@ -212,3 +215,65 @@ def test_s3_round_trip_reads_inputs_from_and_writes_shards_to_a_bucket(
             f"({holder.describe()}); wait for it to finish, or remove "
             "s3://corpus/built/corpora.lock if no build is writing this output"
         ]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_store_in_a_bucket_serves_a_rebuild_with_another_seq_len_without_a_request(
+    tmp_path, image_server, tokenizer_path
+):
+    """The image store of an s3:// output is written there through s3fs, its
+    tars read back by ranged reads (by keyword: s3fs's second parameter of
+    ``cat_file`` is ``version_id``); a rebuild from it fetches nothing."""
+    docs = write_mmc4(
+        str(tmp_path / "docs.jsonl"), mmc4_documents(6, image_server.base, broken_every=4)
+    )
+    with s3_server("corpus") as options:
+
+        def build(output: str, seq_len: str, *extra: str):
+            return run_cli(
+                "build", "mmc4-pairs", "--input", docs, "--output", output,
+                "--tokenizer", tokenizer_path, "--seq-len", seq_len, "--tokens-per-image", "4",
+                "--image-size", "32", "--samples-per-shard", "2", "--allow-private-urls",
+                "--workers", "2", "--progress-every", "0", *extra,
+                "--", *(f"--{key}={value}" for key, value in options.items()),
+            )  # fmt: skip
+
+        first = build("s3://corpus/first", "64")
+        assert first.returncode == 0, first.stderr
+        fetched = [path for path in image_server.requests if path != "/robots.txt"]
+        assert fetched
+        image_server.requests.clear()
+        again = build("s3://corpus/again", "48", "--image-store", "s3://corpus/first/image-store")
+        assert again.returncode == 0, again.stderr
+        assert [path for path in image_server.requests if path != "/robots.txt"] == []
+        client = boto3.client(
+            "s3",
+            endpoint_url=options["s3_endpoint_url"],
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
+        manifests = [
+            json.loads(
+                client.get_object(Bucket="corpus", Key=f"{name}/manifest.json")["Body"].read()
+            )
+            for name in ("first", "again")
+        ]
+    assert [m["totals"]["images"] for m in manifests] == [manifests[0]["totals"]["images"]] * 2
+    assert manifests[0]["totals"]["images"] > 0
+    assert manifests[1]["funnel"]["dropped"] == manifests[0]["funnel"]["dropped"]
+    assert manifests[1]["images_arrived"].get("fetched", 0) == 0, manifests[1]["images_arrived"]
+
+
+def test_s3_options_reach_botocore_through_the_environment():
+    from pipelines.runners import S3_ENVIRONMENT, s3_environment
+
+    given = {name: f"value-{index}" for index, name in enumerate(S3_ENVIRONMENT)}
+    assert s3_environment(given) == {
+        "AWS_ACCESS_KEY_ID": "value-0",
+        "AWS_SECRET_ACCESS_KEY": "value-1",
+        "AWS_SESSION_TOKEN": "value-2",
+        "AWS_DEFAULT_REGION": "value-3",
+        "AWS_ENDPOINT_URL_S3": "value-4",
+    }
