@@ -370,7 +370,9 @@ def test_a_distributed_checkpoint_of_two_processes_resumes_on_one_and_on_two(
     )
     assert one.first_step == 2 and len(again[0]["losses"]) == 2
     assert again[0]["losses"] == pytest.approx(whole[0]["losses"][2:], rel=1e-6)
-    # one process sums the same token losses in another order than two: equal within 1e-6
+    # one process sums the same token losses in another order than two: the losses equal
+    # within 1e-6; the weights, after Adam's steps on those sums (FSDP2 also reduce-scatters
+    # the gradients in its own order), within 1e-5 (1.24e-6 seen on one of 64 elements)
     assert one.losses == pytest.approx(again[0]["losses"], rel=1e-6)
     for name, value in again[0]["weights"].items():
-        torch.testing.assert_close(one.model.state_dict()[name], value, rtol=0, atol=1e-6)
+        torch.testing.assert_close(one.model.state_dict()[name], value, rtol=0, atol=1e-5)
