@@ -2,7 +2,7 @@
 ``corpora build CORPUS --help``: only the flags that apply to CORPUS.
 
 The sections come from the lists the flags are defined by
-(:mod:`corpora.flags`, :data:`pipelines.runners.RUNNER_FLAGS`, the catalog's
+(:mod:`corpora.config.flags`, :data:`pipelines.runners.RUNNER_FLAGS`, the catalog's
 corpus options), so a flag added to one of them lands in its section; a flag
 in none is shown under "Other options", never left out.
 """
@@ -13,8 +13,8 @@ from typing import Iterator
 
 import click
 
-from corpora import catalog, flags
-from corpora.spec import CorpusSpec
+from corpora.config import catalog, flags
+from corpora.config.spec import CorpusSpec
 from pipelines.runners import RUNNER_FLAGS
 
 HELP_CORPUS = "corpora.help_corpus"  # ctx.meta: the corpus named before --help

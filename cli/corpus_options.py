@@ -2,7 +2,7 @@
 
 Nothing here names a corpus: a corpus added to the catalog brings its flags.
 An option named like one of the build's own flags (coyo's ``min_clip_sim``
-and ``max_aspect_ratio``) is set by that flag (see :mod:`corpora.flags`),
+and ``max_aspect_ratio``) is set by that flag (see :mod:`corpora.config.flags`),
 whose help says so with :func:`help_for`.
 """
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from corpora import catalog, flags
-from corpora.spec import Option
+from corpora.config import catalog, flags
+from corpora.config.spec import Option
 
 
 def corpus_options(command):
@@ -33,7 +33,7 @@ def help_for(name: str) -> str:
 
 
 def _click(option: Option) -> dict[str, Any]:
-    # default None: a flag left out keeps the corpus's default (corpora.flags)
+    # default None: a flag left out keeps the corpus's default (corpora.config.flags)
     shown = {"help": help_for(option.name), "default": None}
     if option.type is bool:
         return {**shown, "is_flag": True}

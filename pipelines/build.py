@@ -27,14 +27,14 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from corpora import catalog
+from corpora.config import catalog
+from corpora.config.settings import BuildSettings
+from corpora.config.spec import CLIP_DOCUMENTS
 from corpora.fetch.accounting import FAILURES, first_failure
 from corpora.fetch.accounting import write_failures as write_failures_file
-from corpora.settings import BuildSettings
 from corpora.shards.manifest import MANIFEST, build_manifest
-from corpora.spec import CLIP_DOCUMENTS
 from corpora.store.fetching import arrival_summary
-from corpora.tokenizer import Tokenizer
+from corpora.tokens.tokenizer import Tokenizer
 from pipelines import storage
 from pipelines import transforms as t
 from pipelines.packing import PackSequences
@@ -230,19 +230,36 @@ def build_pipeline(
     return manifest
 
 
-def run_build(
-    settings: BuildSettings,
-    runner: str = "DirectRunner",
-    workers: int = 1,
-    beam_args: Sequence[str] = (),
-    verbose: bool = False,
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    """Build a corpus and return its manifest (read back from the output).
+def fetch_pipeline(pipeline: beam.Pipeline, settings: BuildSettings) -> None:
+    """``corpora fetch``: a build's stages up to and including the fetch, into
+    ``settings.store`` (read, metadata filter, top fraction, fetch, markers),
+    and nothing after: the records are dropped once their images are kept."""
+    spec = catalog.get(settings.corpus)
+    read = input_files(pipeline, settings.inputs) | "Read" >> beam.ParDo(
+        t.ReadSource(spec, settings)
+    ).with_outputs(t.DROPPED, t.INPUT, main="docs")
+    batches = read.docs  # in batches (lists), as in a build
+    if spec.metadata_filter is not None:
+        batches = (
+            batches
+            | "Filter"
+            >> beam.ParDo(t.ApplyStage(spec.metadata_filter, settings, "filter")).with_outputs(
+                t.DROPPED, main="docs"
+            )
+        ).docs
+    fraction = spec.top_fraction(settings)
+    if fraction is not None:
+        from pipelines.selection import TopFraction
 
-    Re-running an interrupted build resumes it (``pipelines/launch.py``)."""
-    from pipelines.launch import execute
-    from pipelines.runners import RunnerSettings
-
-    runner_settings = RunnerSettings(runner=runner, workers=workers, beam_args=tuple(beam_args))
-    return execute(settings, runner_settings, overwrite=overwrite, verbose=verbose).manifest
+        docs = batches | "UnbatchToSelect" >> beam.FlatMap(lambda batch: batch)
+        kept = (docs | "TopFraction" >> TopFraction(spec.rank, fraction)).kept
+        batches = kept | "Rebatch" >> t.record_batches()
+    fetched = (
+        batches
+        | "Spread" >> beam.Reshuffle()  # the records themselves: nothing after the fetch
+        | "Fetch"
+        >> beam.ParDo(t.FetchImages(spec, settings.fetch, settings.store)).with_outputs(
+            t.DROPPED, t.IMAGES, t.FAILURES, t.ARRIVED, t.SPLITS, main="docs"
+        )
+    )
+    _ = fetched[t.SPLITS] | "StoreMarkers" >> MarkComplete(settings.store)

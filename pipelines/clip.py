@@ -23,11 +23,12 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import ModelHandler, RunInference
 
-from corpora import clip, selection
+from corpora import clip
 from corpora.record import Document, Drop, stable_hash
+from corpora.stages import selection
 from pipelines import storage
 from pipelines.selection import AtLeast, HistogramFn, TopFraction
-from pipelines.transforms import DROPPED, NAMESPACE, _route
+from pipelines.transforms import DROPPED, NAMESPACE, route_result
 
 EMBEDDINGS = "embeddings"
 
@@ -86,7 +87,7 @@ class _RouteScored(beam.DoFn):
     def process(self, outcome: Document | Drop):
         if not isinstance(outcome, Drop):
             Metrics.counter(NAMESPACE, "clip.images_scored").inc(len(image_scores(outcome)))
-        yield _route(outcome, "clip")
+        yield route_result(outcome, "clip")
 
 
 class _SplitScored(beam.DoFn):
@@ -95,7 +96,7 @@ class _SplitScored(beam.DoFn):
 
     def process(self, outcome: clip.ScoredPair | Drop):
         if isinstance(outcome, Drop):
-            yield _route(outcome, "clip")
+            yield route_result(outcome, "clip")
             return
         Metrics.counter(NAMESPACE, "clip.scored").inc()
         if self._save:

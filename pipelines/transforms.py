@@ -16,15 +16,15 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from corpora import fetch
-from corpora.build_progress import Tally
+from corpora.config.settings import BuildSettings
+from corpora.config.spec import CorpusSpec
 from corpora.fetch.progress import FetchProgress
 from corpora.record import Document, Drop
-from corpora.settings import BuildSettings
-from corpora.spec import CorpusSpec
+from corpora.stats.progress import Tally
 from corpora.store.fetching import StoreFetch
 from corpora.store.settings import StoreSettings
 from corpora.store.stash import RECORDS, BlobWriter
-from corpora.tokenizer import TokenizedDocument, Tokenizer, tokenize_document
+from corpora.tokens.tokenizer import TokenizedDocument, Tokenizer, tokenize_document
 from pipelines import memory
 from pipelines.storage import read_failure_urls
 from pipelines.store import StashReader, reference, stash_files
@@ -44,7 +44,7 @@ NAMESPACE = "corpora"
 _LOG = logging.getLogger(__name__)
 
 
-def _route(result: Document | Drop | Any, stage: str):
+def route_result(result: Document | Drop | Any, stage: str):
     """Send a drop to the ``dropped`` output (and its counter); pass the rest."""
     if isinstance(result, Drop):
         Metrics.counter(NAMESPACE, f"dropped.{result.reason}").inc(result.count)
@@ -64,13 +64,13 @@ def record_batches() -> beam.BatchElements:
     return beam.BatchElements(min_batch_size=MIN_BATCH, max_batch_size=MAX_BATCH)
 
 
-def _route_batch(results: Iterable, stage: str) -> Iterator:
+def route_batch(results: Iterable, stage: str) -> Iterator:
     """A batch's results: each drop to ``dropped``, the records kept as one
     list (nothing when none is kept)."""
     kept = []
     for result in results:
         if isinstance(result, Drop):
-            yield _route(result, stage)
+            yield route_result(result, stage)
         else:
             kept.append(result)
     if kept:
@@ -135,7 +135,7 @@ class ReadSource(beam.DoFn):
     from :data:`MIN_BATCH` to :data:`MAX_BATCH` records, so that a small
     input still spreads over the workers; counts every funnel unit read
     (and, for a local build's progress line, the input bytes read:
-    ``progress``, a folder of :class:`~corpora.build_progress.Tally` files)."""
+    ``progress``, a folder of :class:`~corpora.stats.progress.Tally` files)."""
 
     def __init__(self, spec: CorpusSpec, settings: BuildSettings, progress: str | None = None):
         self._spec = spec
@@ -174,7 +174,7 @@ class ReadSource(beam.DoFn):
                 if isinstance(result, Drop):
                     units += result.count
                     self._count(result.count, stream)
-                    yield _route(result, "read")
+                    yield route_result(result, "read")
                     continue
                 units += 1
                 self._count(1, stream)
@@ -182,11 +182,11 @@ class ReadSource(beam.DoFn):
                     result = result.with_meta(**{fetch.STORE_SPLIT: split})
                 batch.append(result)
                 if len(batch) == size:
-                    yield from _route_batch(batch, "read")
+                    yield from route_batch(batch, "read")
                     batch, size = [], min(2 * size, MAX_BATCH)
         self._bytes_done += getattr(readable_file.metadata, "size_in_bytes", 0) or 0
         self._count(0)
-        yield from _route_batch(batch, "read")
+        yield from route_batch(batch, "read")
         Metrics.counter(NAMESPACE, "input").inc(units)
         yield beam.pvalue.TaggedOutput(INPUT, units)
 
@@ -271,7 +271,7 @@ class FetchImages(beam.DoFn):
         for doc in batch:
             selected = doc if self._retry is None else fetch.select_for_retry(doc, self._retry)
             if isinstance(selected, Drop):
-                yield _route(selected, "fetch")
+                yield route_result(selected, "fetch")
             else:
                 docs.append(selected)
         urls = {}  # url → the input split of the first record holding it
@@ -325,7 +325,7 @@ class FetchImages(beam.DoFn):
                     self._splits.add(split)
                     yield beam.pvalue.TaggedOutput(SPLITS, split)
             attached.append(fetch.attach_images(doc, results, self._spec.drop_on_image_failure))
-        yield from _route_batch(attached, "fetch")
+        yield from route_batch(attached, "fetch")
         if self._tally is not None:
             self._tally.add(records_fetched=len(batch))
             if self._tally.due():
@@ -370,4 +370,4 @@ class ApplyStage(beam.DoFn):
         self._name = name
 
     def process(self, batch: list[Document]) -> Iterator:
-        yield from _route_batch((self._stage(doc, self._settings) for doc in batch), self._name)
+        yield from route_batch((self._stage(doc, self._settings) for doc in batch), self._name)

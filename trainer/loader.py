@@ -41,7 +41,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from corpora import reader
-from corpora.extras import missing_extra
+from corpora.config.extras import missing_extra
 
 try:
     import torch

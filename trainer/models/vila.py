@@ -31,7 +31,7 @@ import os
 import torch
 from torch import nn
 
-from corpora.extras import missing_extra
+from corpora.config.extras import missing_extra
 from trainer.config import ConfigError, VilaConfig
 from trainer.models.attention import (
     document_block_mask,
