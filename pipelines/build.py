@@ -11,6 +11,7 @@ metadata filter runs fused with it), so one large input file is fetched and
 tokenized on all workers, not on the one that read it; only a reference to
 each batch crosses (:class:`pipelines.transforms.Spread`), and after the
 tokenizer only references to documents and sequences do. A text corpus
+packs each batch where it tokenizes it (:class:`pipelines.packing.PackText`). A text corpus
 (``spec.images`` false) runs no image stage. A global selection (a top
 fraction, CLIP) takes records one by one and batches them again after.
 
@@ -34,10 +35,11 @@ from corpora.fetch.accounting import FAILURES, first_failure
 from corpora.fetch.accounting import write_failures as write_failures_file
 from corpora.shards.manifest import MANIFEST, build_manifest
 from corpora.store.fetching import arrival_summary
+from corpora.tokens.pack_groups import packs_where_tokenized
 from corpora.tokens.tokenizer import Tokenizer
 from pipelines import storage
 from pipelines import transforms as t
-from pipelines.packing import PackSequences
+from pipelines.packing import PackSequences, PackText
 from pipelines.stats import WriteStats, token_ids
 from pipelines.store import MarkComplete, remove_stash
 
@@ -197,10 +199,15 @@ def build_pipeline(
         t.IMAGES_REMOVED, main="docs"
     )
     removed_counts = counted[t.IMAGES_REMOVED] | "SumRemoved" >> beam.CombinePerKey(sum)
-    tokenized = counted.docs | "Tokenize" >> beam.ParDo(t.Tokenize(tokenizer))
-    packed = tokenized | "PackSequences" >> PackSequences(
-        settings, tokenizer.info.pad_id, token_ids(tokenizer.info)
-    )
+    if packs_where_tokenized(spec, settings):  # a text corpus: no document stashed
+        packed = counted.docs | "PackText" >> PackText(
+            settings, tokenizer, token_ids(tokenizer.info)
+        )
+    else:
+        tokenized = counted.docs | "Tokenize" >> beam.ParDo(t.Tokenize(tokenizer))
+        packed = tokenized | "PackSequences" >> PackSequences(
+            settings, tokenizer.info.pad_id, token_ids(tokenizer.info)
+        )
     shard_infos = packed["shards"]
     drops = tuple(drops + [packed["dropped"]]) | "Drops" >> beam.Flatten()
     manifest = (

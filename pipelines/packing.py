@@ -20,11 +20,24 @@ of documents or whole sequences, so a step's cost per document is small.
 Where fsspec cannot reach the output (``gs://`` without gcsfs, ``s3://``
 without s3fs), the documents travel inside the elements instead; the shards
 are the same.
+
+A text corpus (:func:`corpora.tokens.pack_groups.packs_where_tokenized`) stashes
+no document: :class:`PackText` takes each batch of records as the reader made
+it (a packing group) and tokenizes, plans and packs it in one step, where
+it is, its statistics taken from the arrays in hand::
+
+    batches of records ─► per batch: tokenize (one encode call), plan, pack,
+      statistics; its sequences written once (one file per group)
+      ─► number groups globally ─► group by shard ─► per shard: lay out, write
+
+so only a group's reference and counts cross a shuffle, and its sequences'
+ids are written and read back once, in one piece, as numpy arrays.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
@@ -36,10 +49,24 @@ from corpora import shards
 from corpora.config.settings import BuildSettings
 from corpora.stats import figures as stats
 from corpora.store.files import Files
-from corpora.store.stash import DOCUMENTS, STASH, BlobWriter, stash_images, stash_writer
+from corpora.store.stash import (
+    DOCUMENTS,
+    SEQUENCES,
+    STASH,
+    BlobWriter,
+    stash_images,
+    stash_writer,
+)
 from corpora.tokens import pack
-from corpora.tokens.pack_groups import group_of, group_offsets, plan_group
-from corpora.tokens.tokenizer import Span, TokenizedDocument
+from corpora.tokens.pack_groups import (
+    PackedGroup,
+    group_of,
+    group_offsets,
+    group_sequences,
+    pack_group,
+    plan_group,
+)
+from corpora.tokens.tokenizer import Span, TokenizedDocument, Tokenizer, tokenize_batch
 from pipelines import memory, resume, storage
 from pipelines.store import StashReader, reference, stash_files
 from pipelines.transforms import COUNTS, DROPPED, KEPT, NAMESPACE, SEQUENCE_STATS, route_result
@@ -200,6 +227,29 @@ class _Documents:
         return doc
 
 
+def _write_shard(
+    settings: BuildSettings, shard_index: int, samples, values: list | None = None
+) -> dict[str, Any]:
+    """Write one shard whole (:func:`pipelines.storage.create_atomically`) and
+    mark it complete, unless a previous attempt completed it with exactly
+    these bytes (left as it is). ``samples(values)`` gives the shard's
+    samples in order, filling ``values`` (when not ``None``) as it goes."""
+    name = shards.shard_name(settings.corpus, shard_index)
+    collected: list = [] if values is None else values
+    info = resume.completed_shard(settings.output, name, samples(collected))
+    if info is not None:  # a previous attempt wrote exactly this shard: leave it
+        Metrics.counter(NAMESPACE, "shards.resumed").inc()
+    else:
+        collected.clear()  # a check that found other bytes went through them all
+        with storage.create_atomically(FileSystems.join(settings.output, name)) as stream:
+            info = shards.write_shard(stream, samples(collected))
+        resume.write_marker(settings.output, name, info)
+        Metrics.counter(NAMESPACE, "shards").inc()
+        Metrics.counter(NAMESPACE, "bytes").inc(info["bytes"])
+    memory.trim()  # the shard's buffers are freed: give their pages back
+    return {"index": shard_index, "path": name, **info}
+
+
 class WriteShard(beam.DoFn):
     """Read one shard's documents back, cut and lay out its sequences, write the shard whole
     (:func:`pipelines.storage.create_atomically`) and mark it complete; a shard
@@ -227,26 +277,16 @@ class WriteShard(beam.DoFn):
 
     def process(self, element: tuple[int, Iterable[list[tuple[int, Any]]]]) -> Iterator:
         shard_index, chunks = element
-        settings = self._settings
-        name = shards.shard_name(settings.corpus, shard_index)
         ordered = sorted(
             (sequence for chunk in chunks for sequence in chunk), key=lambda sequence: sequence[0]
         )
         values: list[stats.SequenceValues] = []  # filled by the pass that checks the bytes
-        info = resume.completed_shard(
-            settings.output, name, self._samples(shard_index, ordered, values)
+        yield _write_shard(
+            self._settings,
+            shard_index,
+            lambda collected: self._samples(shard_index, ordered, collected),
+            values,
         )
-        if info is not None:  # a previous attempt wrote exactly this shard: leave it
-            Metrics.counter(NAMESPACE, "shards.resumed").inc()
-        else:
-            values = []  # a check that found other bytes went through them all
-            with storage.create_atomically(FileSystems.join(settings.output, name)) as stream:
-                info = shards.write_shard(stream, self._samples(shard_index, ordered, values))
-            resume.write_marker(settings.output, name, info)
-            Metrics.counter(NAMESPACE, "shards").inc()
-            Metrics.counter(NAMESPACE, "bytes").inc(info["bytes"])
-        memory.trim()  # the shard's buffers are freed: give their pages back
-        yield {"index": shard_index, "path": name, **info}
         for value in values:
             yield beam.pvalue.TaggedOutput(SEQUENCE_STATS, value)
 
@@ -332,4 +372,166 @@ class PackSequences(beam.PTransform):
             "kept": packed[KEPT],
             "dropped": packed[DROPPED],
             "sequence_stats": written[SEQUENCE_STATS],
+        }
+
+
+class PackTextGroup(beam.DoFn):
+    """A text build's batch of records (one packing group) → tokenized in one
+    encode call, planned and packed (:func:`corpora.tokens.pack_groups.pack_group`).
+
+    Emits ``(order, (sequences, where))``, ``where`` being where the group's
+    :class:`~corpora.tokens.pack_groups.PackedGroup` is: written once to
+    ``{output}/.corpora/sequences``, or the group itself where that cannot be
+    reached; on ``counts`` ``(order, sequences)``; on ``kept`` the documents
+    packed; on ``sequence_stats`` the group's statistics, one
+    :class:`~corpora.stats.figures.StatsAccumulator` (with ``stat_ids``);
+    empty documents go to ``dropped``.
+    """
+
+    def __init__(
+        self, settings: BuildSettings, tokenizer: Tokenizer, stat_ids: stats.TokenIds | None = None
+    ):
+        self._settings = settings
+        self._tokenizer = tokenizer
+        self._stat_ids = stat_ids
+        self._files: Files | None = None
+
+    def setup(self) -> None:
+        self._files = stash_files(self._settings.output, SEQUENCES)
+
+    def process(self, batch: list) -> Iterator:
+        settings = self._settings
+        group = pack_group(tokenize_batch(batch, self._tokenizer), settings.seq_len, settings.pack)
+        for drop in group.dropped:
+            yield route_result(drop, "pack")
+        if self._stat_ids is not None:
+            accumulator = stats.StatsAccumulator()
+            for values in stats.packed_values(
+                group.tokens,
+                group.lengths,
+                group.counts,
+                group.entries,
+                settings.seq_len,
+                self._stat_ids,
+            ):
+                accumulator.add(values)
+            yield beam.pvalue.TaggedOutput(SEQUENCE_STATS, accumulator)
+        Metrics.counter(NAMESPACE, "sequences").inc(group.sequences)
+        yield beam.pvalue.TaggedOutput(KEPT, group.kept)
+        yield beam.pvalue.TaggedOutput(COUNTS, (group.order, group.sequences))
+        if not group.sequences:
+            return
+        where: Any = dataclasses.replace(group, dropped=())
+        if self._files is not None:
+            blobs = BlobWriter(self._files)
+            ref = blobs.put((group.order, group.tokens, group.lengths, group.counts, group.entries))
+            blobs.flush()  # written before the reference leaves the bundle
+            where = reference(ref)
+        yield group.order, (group.sequences, where)
+
+
+class PlaceGroups(beam.DoFn):
+    """Number each group's sequences globally (groups in ``order``) and pick
+    their shards: ``(shard, (first, local_first, count, where))`` per shard
+    a group's sequences reach. Groups sharing an order hold the same
+    documents: they take consecutive places, either first."""
+
+    def __init__(self, samples_per_shard: int):
+        self._samples_per_shard = samples_per_shard
+        self._offsets: dict[str, int] | None = None
+
+    def process(self, element: tuple[str, Iterable], counts: list[tuple[str, int]]) -> Iterator:
+        if self._offsets is None:
+            self._offsets, total = {}, 0
+            for order, count in sorted(counts):
+                self._offsets.setdefault(order, total)
+                total += count
+        order, groups = element
+        first = self._offsets[order]
+        per_shard = self._samples_per_shard
+        for count, where in groups:
+            local = 0
+            while local < count:
+                shard = (first + local) // per_shard
+                n = min(count - local, (shard + 1) * per_shard - (first + local))
+                yield shard, (first + local, local, n, where)
+                local += n
+            first += count
+
+
+class WriteTextShard(beam.DoFn):
+    """Lay out one shard's sequences from the packed groups they are in
+    (:func:`corpora.tokens.pack_groups.group_sequences`, each group read back
+    once) and write the shard (as :class:`WriteShard` does)."""
+
+    def __init__(self, settings: BuildSettings, pad_id: int):
+        self._settings = settings
+        self._pad_id = pad_id
+        self._reader: StashReader | None = None
+
+    def setup(self) -> None:
+        self._reader = StashReader()
+
+    def teardown(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+
+    def process(self, element: tuple[int, Iterable[tuple]]) -> Iterator[dict]:
+        shard_index, parts = element
+        assert self._reader is not None
+        groups = []
+        for first, local, count, where in sorted(parts, key=lambda part: part[0]):
+            group = self._reader.get(where)
+            if isinstance(where, tuple):  # (order, tokens, lengths, counts, entries)
+                group = PackedGroup(*group, kept=0, dropped=())
+            groups.append((first, local, count, group))
+        yield _write_shard(
+            self._settings, shard_index, lambda _: self._samples(shard_index, groups)
+        )
+
+    def _samples(self, shard_index: int, groups: list[tuple]) -> Iterator:
+        settings = self._settings
+        for first, local, count, group in groups:
+            sequences = group_sequences(group, local, count, settings.seq_len, self._pad_id)
+            for number, sequence in enumerate(sequences, first):
+                key = shards.sample_key(
+                    settings.corpus, shard_index, number % settings.samples_per_shard
+                )
+                yield key, sequence
+
+
+class PackText(beam.PTransform):
+    """A text build's batches of records → shard infos, each batch packed where
+    it is tokenized (the module doc). The result has ``shards``, ``kept``,
+    ``dropped`` and ``sequence_stats`` (one accumulator per group, with
+    ``stat_ids``), as :class:`PackSequences`'s."""
+
+    def __init__(
+        self, settings: BuildSettings, tokenizer: Tokenizer, stat_ids: stats.TokenIds | None = None
+    ):
+        super().__init__()
+        self._settings = settings
+        self._tokenizer = tokenizer
+        self._stat_ids = stat_ids
+
+    def expand(self, batches):
+        settings = self._settings
+        packed = batches | "PackGroup" >> beam.ParDo(
+            PackTextGroup(settings, self._tokenizer, self._stat_ids)
+        ).with_outputs(COUNTS, KEPT, DROPPED, SEQUENCE_STATS, main="groups")
+        written = (
+            packed.groups
+            | "ByOrder" >> beam.GroupByKey()
+            | "Place"
+            >> beam.ParDo(
+                PlaceGroups(settings.samples_per_shard), beam.pvalue.AsList(packed[COUNTS])
+            )
+            | "ByShard" >> beam.GroupByKey()
+            | "WriteShard" >> beam.ParDo(WriteTextShard(settings, self._tokenizer.info.pad_id))
+        )
+        return {
+            "shards": written,
+            "kept": packed[KEPT],
+            "dropped": packed[DROPPED],
+            "sequence_stats": packed[SEQUENCE_STATS],
         }
