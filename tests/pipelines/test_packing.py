@@ -14,7 +14,7 @@ from corpora.tokens import pack
 from corpora.tokens.pack_groups import group_of
 from corpora.tokens.tokenizer import TokenizedDocument
 from pipelines import packing
-from pipelines.packing import PackSequences, StashDocuments
+from pipelines.packing import PackSequences, PackText, StashDocuments
 from pipelines.store import StashReader, stash_files
 from tests.corpora.tokens.test_pack import make_doc
 from tests.pipelines.direct import direct_pipeline
@@ -142,3 +142,77 @@ def test_stashed_documents_read_back_equal_with_their_images_by_reference(tmp_pa
     assert piece.images == doc.images
     np.testing.assert_array_equal(piece.input_ids, doc.input_ids)
     reader.close()
+
+
+def _text_records(count: int) -> list:
+    from corpora.record import Document, TextChunk
+
+    words = "the cat sleeps on a warm windowsill while rain falls outside".split()
+    return [
+        Document(
+            f"c4-{i:03d}",
+            "c4",
+            (TextChunk(" ".join(words[(i + j) % len(words)] for j in range(1 + i % 23))),),
+            source_url=f"https://example.org/{i}",
+        )
+        for i in range(count)
+    ]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_pack_text_writes_each_group_s_sequences_in_group_order(tmp_path, tokenizer_path, workers):
+    from corpora.tokens.pack_groups import group_sequences, pack_group
+    from corpora.tokens.tokenizer import Tokenizer, tokenize_batch
+    from pipelines.stats import token_ids
+
+    tokenizer = Tokenizer(tokenizer_path, tokens_per_image=1)
+    records = _text_records(90)
+    batches = [records[:16], records[16:48], records[48:], records[:16]]  # one group twice
+    settings = BuildSettings(
+        "c4", ("unused",), str(tmp_path), seq_len=32, tokens_per_image=1, samples_per_shard=5
+    )
+    with direct_pipeline(workers) as pipeline:
+        result = (
+            pipeline
+            | beam.Create(batches)
+            | PackText(settings, tokenizer, token_ids(tokenizer.info))
+        )
+        assert_that(result["kept"] | beam.CombineGlobally(sum), equal_to([106]), label="Kept")
+        assert_that(result["dropped"], equal_to([]), label="Dropped")
+
+    groups = sorted(
+        (pack_group(tokenize_batch(batch, tokenizer), 32) for batch in batches),
+        key=lambda group: group.order,
+    )
+    expected = [
+        sequence
+        for group in groups
+        for sequence in group_sequences(group, 0, group.sequences, 32, tokenizer.info.pad_id)
+    ]
+    got = list(reader.iter_samples(sorted(str(p) for p in tmp_path.glob("*.tar"))))
+    assert len(got) == len(expected) > 10 and len(expected) % 5  # several shards, one partial
+    for sample, sequence in zip(got, expected):
+        np.testing.assert_array_equal(sample.input_ids, sequence.input_ids)
+        np.testing.assert_array_equal(sample.segment_ids, sequence.segment_ids)
+        np.testing.assert_array_equal(sample.positions, sequence.positions)
+        assert sample.documents == list(sequence.documents)
+    assert sum(d["id"] == "c4-003" for s in got for d in s.documents) == 2
+    assert not list(tmp_path.glob("*.tmp-*"))
+
+
+def test_where_the_stash_cannot_be_reached_a_packed_group_travels_in_the_element(
+    tokenizer_path,
+):
+    from corpora.tokens.pack_groups import PackedGroup
+    from corpora.tokens.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer(tokenizer_path, tokens_per_image=1)
+    settings = BuildSettings(
+        "c4", ("unused",), "nosuchfs://bucket/build", seq_len=32, tokens_per_image=1
+    )
+    step = packing.PackTextGroup(settings, tokenizer)
+    step.setup()
+    [(order, (count, where))] = [
+        out for out in step.process(_text_records(12)) if isinstance(out, tuple)
+    ]
+    assert isinstance(where, PackedGroup) and where.order == order and where.sequences == count
