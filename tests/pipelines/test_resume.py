@@ -309,7 +309,8 @@ def test_a_text_build_killed_partway_resumes_to_the_same_bytes(tmp_path, tokeniz
     def args(output: str) -> list[str]:
         return [
             "build", "c4", "--input", str(inputs), "--output", output,
-            "--tokenizer", tokenizer_path, "--seq-len", "64", "--samples-per-shard", "1",
+            "--tokenizer", tokenizer_path, "--seq-len", "64", "--tokens-per-image", "4",
+            "--samples-per-shard", "1",
             "--workers", "1", "--progress-every", "0",
         ]  # fmt: skip
 
