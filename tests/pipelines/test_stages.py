@@ -101,8 +101,8 @@ def test_the_generic_wrapper_routes_a_cores_drops_under_its_name():
         ids = kept | beam.Map(lambda batch: sorted(doc.id for doc in batch))
         assert_that(ids, equal_to([["a", "a-copy"]]), label="Kept")
         ((name, drops),) = build.drops
-        assert_that(drops | beam.Map(lambda d: (d.reason, d.record_id)), equal_to([("too_long", "b")]),
-                    label="Dropped")  # fmt: skip
+        reasons = drops | beam.Map(lambda d: (d.reason, d.record_id))
+        assert_that(reasons, equal_to([("too_long", "b")]), label="Dropped")
     assert name == "short" and label(stage) == "Short"
 
 
