@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Literal
+from typing import ClassVar, Literal
 
 SIZES = ("tiny", "base", "large")
 # what blend weights count: samples, documents (each packed segment: SimVLM's
@@ -55,6 +55,8 @@ class PrefixLMConfig:
     ``tokens_per_image`` must equal.
     """
 
+    model: ClassVar[str] = "prefixlm"  # its name in trainer.models.registry
+
     size: str
     width: int
     encoder_layers: int
@@ -67,6 +69,7 @@ class PrefixLMConfig:
     stem_stages: int
     patch_size: int
     attention: str = "varlen"  # varlen, flex (CUDA) or dense (the L x L reference; XLA)
+    init: str | None = None  # a checkpoint whose trained weights start this run
 
     def __post_init__(self) -> None:
         if self.attention not in PREFIXLM_ATTENTIONS:
@@ -138,9 +141,11 @@ class VilaConfig:
     checkpoint of it. ``stage`` 0 trains the projector; 1 the projector and the LM.
     """
 
+    model: ClassVar[str] = "vila"  # its name in trainer.models.registry
+
     lm: str
     vision: str
-    vision_pretrained: str | None
+    vision_pretrained: str | None = None
     projector: str = "linear"
     stage: int = 0
     attn_implementation: str = "varlen"  # see ATTENTIONS
@@ -163,7 +168,9 @@ class VilaConfig:
             )
 
 
-def vila_config(lm: str, vision: str, vision_pretrained: str | None, **changes) -> VilaConfig:
+def vila_config(
+    lm: str, vision: str, vision_pretrained: str | None = None, **changes
+) -> VilaConfig:
     return VilaConfig(lm=lm, vision=vision, vision_pretrained=vision_pretrained, **changes)
 
 
