@@ -1,7 +1,8 @@
 """The models the trainer knows, by name, and what the loop asks of each.
 
-A :class:`Model` entry names a model's configuration dataclass, the features
-its loader makes, its optimizer recipe and its builder; :func:`model` looks one up, and a name it
+A :class:`Model` entry names a model's configuration dataclass (whose fields
+with an ``option`` are its flags), the features its loader makes, its
+optimizer recipe and its builder; :func:`model` looks one up, and a name it
 does not know is refused with the names it does:
 
     >>> sorted(MODELS)

@@ -3,12 +3,10 @@ name it does not know is refused with the names it knows."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from trainer.blend import DataSpec
-from trainer.config import ConfigError
+from trainer.config import ConfigError, option_fields
 from trainer.models.registry import MODELS, Images, TrainableModel, model
 
 SPEC = DataSpec(
@@ -66,7 +64,7 @@ def test_an_unknown_name_is_refused_with_the_names_known():
 def test_smoke_sets_flags_of_the_model_s_configuration(name):
     entry = MODELS[name]
     assert entry.name == name and entry.config.model == name
-    assert set(entry.smoke) <= {f.name for f in dataclasses.fields(entry.config)}
+    assert set(entry.smoke) <= {f.name for f in option_fields(entry.config)}
 
 
 def test_prefixlm_needs_the_tokenizer_s_vocabulary():
