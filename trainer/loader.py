@@ -48,7 +48,15 @@ try:
 except ImportError as exc:  # fail at import, naming the fix, not inside a worker
     raise missing_extra("train", "the trainer's loader", exc) from None
 
-from trainer.batch import CLIP_MEAN, CLIP_STD, MAX_BATCH_BYTES, batch_bytes, collate, load_image
+from trainer.batch import (
+    CLIP_MEAN,
+    CLIP_STD,
+    MAX_BATCH_BYTES,
+    batch_bytes,
+    collate,
+    load_image,
+    stack_images,
+)
 from trainer.blend import (
     UNITS,
     Blend,
@@ -58,13 +66,21 @@ from trainer.blend import (
     empty_counts,
     resolve_source,
 )
-from trainer.features import prefixlm_features, vila_features, without_target
+from trainer.features import (
+    document_runs,
+    pack_prefixlm,
+    packable_bounds,
+    prefixlm_features,
+    vila_features,
+    without_target,
+)
 from trainer.stream import DataError, ShardStream, _reason, _seeded, split_shards
 
 log = logging.getLogger("trainer.data")
 
 OBJECTIVES = ("vila", "prefixlm")
 STATE_FORMAT = "corpora-loader/1"
+PACK_WINDOW = 64  # PrefixLM documents a row may choose from (first fit, in stream order)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +102,8 @@ class DataConfig:
     verify: bool = False
     pin_memory: bool | None = None
     prefetch_factor: int = 2
+    encoder_len: int | None = None
+    decoder_len: int | None = None
 
     def __post_init__(self) -> None:
         if not self.sources:
@@ -103,6 +121,15 @@ class DataConfig:
             raise ValueError(f"image_size must be (H, W), got {self.image_size}")
         if len(self.image_mean) != 3 or len(self.image_std) != 3 or min(self.image_std) <= 0:
             raise ValueError("image_mean and image_std need 3 channels, std > 0")
+        if (self.encoder_len is None) != (self.decoder_len is None):
+            raise ValueError("encoder_len and decoder_len: give both (packed PrefixLM) or neither")
+        if self.packed and min(self.encoder_len, self.decoder_len) < 1:  # type: ignore[type-var]
+            raise ValueError("encoder_len and decoder_len must be >= 1")
+
+    @property
+    def packed(self) -> bool:
+        """PrefixLM's encoder and decoder streams packed to their own lengths."""
+        return self.encoder_len is not None
 
 
 def data_config(sources: Sequence[str | tuple[str, float]], **settings: Any) -> DataConfig:
@@ -185,6 +212,102 @@ def drop_documents(
     )
 
 
+@dataclasses.dataclass
+class PackedDocument:
+    """A PrefixLM document waiting for a row: its two halves, its images (decoded, in slot
+    order), and where it was read, to read it again on resume."""
+
+    source: int
+    url: str
+    key: str
+    segment: int
+    prefix: np.ndarray
+    target: np.ndarray
+    images: list[np.ndarray]
+
+    @property
+    def reference(self) -> list:
+        return [self.source, self.url, self.key, self.segment, int(self.prefix.shape[0])]
+
+
+def cut_document(
+    source: int,
+    sample: reader.Sample,
+    segment: int,
+    prefix: int,
+    image_token_id: int | None,
+    tokens_per_image: int,
+    decode,
+) -> PackedDocument:
+    """Document ``segment`` of ``sample`` cut at ``prefix``, its images decoded by ``decode``."""
+    ((start, end),) = [(a, b) for s, a, b in document_runs(sample.segment_ids) if s == segment]
+    ids = np.asarray(sample.input_ids, np.int64)
+    if image_token_id is None:
+        first = count = 0
+    else:
+        first = int((ids[:start] == image_token_id).sum()) // tokens_per_image
+        count = int((ids[start:end] == image_token_id).sum()) // tokens_per_image
+    return PackedDocument(
+        source,
+        sample.url,
+        sample.key,
+        segment,
+        ids[start : start + prefix],
+        ids[start + prefix : end],
+        [decode(image) for image in sample.images[first : first + count]],
+    )
+
+
+class PrefixLMPacker:
+    """Rows of PrefixLM documents for an encoder row of ``encoder_len`` and a decoder row of
+    ``decoder_len`` tokens (and at most ``max_images`` images): each row takes, in stream
+    order, every waiting document that still fits both (first fit over the next
+    ``window``); the documents it leaves wait for the next rows, the first of them taken
+    first, so none waits for ever. ``more()`` gives the stream's next documents.
+
+    >>> def doc(prefix, target):
+    ...     return PackedDocument(0, "", "", 1, np.ones(prefix, int), np.ones(target, int), [])
+    >>> stream = iter([[doc(6, 2)], [doc(5, 5)], [doc(3, 1), doc(1, 3)], [doc(2, 2)], [doc(4, 4)]])
+    >>> packer = PrefixLMPacker(encoder_len=10, decoder_len=6, max_images=0, window=2)
+    >>> rows = [packer.row(lambda: next(stream)) for _ in range(2)]
+    >>> [[(len(d.prefix), len(d.target)) for d in row] for row in rows]
+    [[(6, 2), (3, 1), (1, 3)], [(5, 5)]]
+    >>> [(len(d.prefix), len(d.target)) for d in packer.waiting]  # carried over
+    [(2, 2), (4, 4)]
+    """
+
+    def __init__(
+        self, encoder_len: int, decoder_len: int, max_images: int, window: int = PACK_WINDOW
+    ) -> None:
+        self.encoder_len = encoder_len
+        self.decoder_len = decoder_len
+        self.max_images = max_images
+        self.window = window
+        self.waiting: list[PackedDocument] = []
+
+    def row(self, more) -> list[PackedDocument]:
+        row: list[PackedDocument] = []
+        encoder = decoder = images = index = 0
+        while encoder < self.encoder_len and decoder < self.decoder_len:
+            while index >= len(self.waiting) and len(self.waiting) < self.window:
+                self.waiting.extend(more())
+            if index >= len(self.waiting):
+                break
+            doc = self.waiting[index]
+            if (
+                encoder + len(doc.prefix) <= self.encoder_len
+                and decoder + len(doc.target) <= self.decoder_len
+                and images + len(doc.images) <= self.max_images
+            ):
+                row.append(self.waiting.pop(index))
+                encoder += len(doc.prefix)
+                decoder += len(doc.target)
+                images += len(doc.images)
+            else:
+                index += 1
+        return row
+
+
 class BatchStream:
     """The batches of one consumer, in numpy; the worker side of :class:`Loader`."""
 
@@ -218,9 +341,22 @@ class BatchStream:
         self.batches = 0
         self.undecodable = 0
         self.without_target = 0  # PrefixLM documents skipped: nothing to predict
+        self.packer: PrefixLMPacker | None = None
+        if config.packed:
+            self.packer = PrefixLMPacker(
+                config.encoder_len,  # type: ignore[arg-type]
+                config.decoder_len,  # type: ignore[arg-type]
+                packed_max_images(spec, config.encoder_len),  # type: ignore[arg-type]
+            )
+        self.documents_read = 0  # samples whose documents went to the packer
+        self.too_long = 0  # documents no cut fits into the packed rows
+        self._pulled: list[tuple[int, reader.Sample]] = []
 
     def next_batch(self) -> tuple[dict[str, np.ndarray], list[tuple[int, reader.Sample]]]:
-        """The next batch's arrays and the ``(source, sample)`` it holds."""
+        """The next batch's arrays and the ``(source, sample)`` it holds (packed PrefixLM:
+        the samples read for it)."""
+        if self.packer is not None:
+            return self._next_packed()
         picks: list[tuple[int, reader.Sample]] = []
         decoded = []
         while len(picks) < self.config.batch_size:
@@ -265,6 +401,108 @@ class BatchStream:
         self.batches += 1
         return batch, picks
 
+    def _next_packed(self) -> tuple[dict[str, np.ndarray], list[tuple[int, reader.Sample]]]:
+        config, packer = self.config, self.packer
+        assert packer is not None
+        self._pulled = []
+        rows = [packer.row(self._documents) for _ in range(config.batch_size)]
+        batch = pack_prefixlm(
+            [[(doc.prefix, doc.target) for doc in row] for row in rows],
+            packer.encoder_len,
+            packer.decoder_len,
+            self.spec.pad_id,
+        )
+        batch["images"], batch["image_mask"] = stack_images(
+            [[image for doc in row for image in doc.images] for row in rows],
+            packer.max_images,
+            self.image_size,
+            config.image_mean,
+            config.image_std,
+        )
+        self.batches += 1
+        return batch, self._pulled
+
+    def _documents(self) -> list[PackedDocument]:
+        """The next sample's documents for the packer, each cut at a prefix length drawn
+        within what fits the packed rows (:func:`~trainer.features.packable_bounds`) from a
+        generator seeded with the run's seed, the consumer and the sample's number."""
+        spec, packer = self.spec, self.packer
+        assert packer is not None
+        while True:
+            source, sample = next(self.blend)
+            sample = self._with_targets(source, sample)  # type: ignore[assignment]
+            if sample is None:
+                continue
+            try:
+                images = [load_image(data, self.image_size) for data in sample.images]
+            except Exception as exc:  # a stored image that does not decode
+                self.blend.retract(source, sample)
+                self.undecodable += 1
+                log.warning("%s: skipped sample %s: %s", sample.url, sample.key, _reason(exc))
+                continue
+            rng = _seeded((self.config.seed, self.consumer, self.documents_read), 3)
+            self.documents_read += 1
+            runs = document_runs(sample.segment_ids)
+            bounds = packable_bounds(
+                sample.input_ids,
+                sample.segment_ids,
+                spec.image_token_id,
+                packer.encoder_len,
+                packer.decoder_len,
+            )
+            fits = [(run, b) for run, b in zip(runs, bounds) if b is not None]
+            self.too_long += len(runs) - len(fits)
+            if not fits:
+                self.blend.retract(source, sample)
+                continue
+            lengths = rng.integers([b[0] for _, b in fits], [b[1] + 1 for _, b in fits])
+            self._pulled.append((source, sample))
+            decoded = dataclasses.replace(sample, images=images)
+            return [
+                cut_document(
+                    source,
+                    decoded,
+                    segment,
+                    int(prefix),
+                    spec.image_token_id,
+                    spec.tokens_per_image,
+                    _same_image,
+                )
+                for ((segment, _, _), _), prefix in zip(fits, lengths)
+            ]
+
+    def _reread_waiting(self, references: list[list]) -> list[PackedDocument]:
+        """The packer's waiting documents, read again from their shards."""
+        wanted: dict[str, set[str]] = {}
+        for _, url, key, _, _ in references:
+            wanted.setdefault(url, set()).add(key)
+        found: dict[tuple[str, str], reader.Sample] = {}
+        for url, keys in wanted.items():
+            left = set(keys)
+            try:
+                for sample in reader.iter_samples(url, decode_images=False):
+                    if sample.key in left:
+                        found[(url, sample.key)] = sample
+                        left.discard(sample.key)
+                        if not left:
+                            break
+            except Exception as exc:
+                log.warning("%s: cannot re-read the packer's documents (%s)", url, _reason(exc))
+        spec = self.spec
+        return [
+            cut_document(
+                int(source),
+                found[(url, key)],
+                int(segment),
+                int(prefix),
+                spec.image_token_id,
+                spec.tokens_per_image,
+                lambda data: load_image(data, self.image_size),
+            )
+            for source, url, key, segment, prefix in references
+            if (url, key) in found
+        ]
+
     def _with_targets(self, source: int, sample: reader.Sample) -> reader.Sample | None:
         """``sample`` without the documents PrefixLM could not train on
         (:func:`~trainer.features.without_target`), counted; ``None`` where
@@ -289,13 +527,14 @@ class BatchStream:
             "shards_skipped": sum(c["shards_skipped"] for c in streams),
             "samples_skipped": sum(c["samples_skipped"] for c in streams) + self.undecodable,
             "documents_without_target": self.without_target,
+            "documents_too_long": self.too_long,
             "sources": {
                 name: dict(count) for name, count in zip(self.blend.names, self.blend.counts)
             },
         }
 
     def state_dict(self) -> dict[str, Any]:
-        return {
+        state = {
             "consumer": self.consumer,
             "batches": self.batches,
             "undecodable": self.undecodable,
@@ -303,6 +542,13 @@ class BatchStream:
             "blend": self.blend.state_dict(),
             "counters": self.counters(),
         }
+        if self.packer is not None:  # the carry-over: references, read again on resume
+            state["packer"] = {
+                "documents_read": self.documents_read,
+                "too_long": self.too_long,
+                "waiting": [doc.reference for doc in self.packer.waiting],
+            }
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["consumer"] != self.consumer:
@@ -311,9 +557,23 @@ class BatchStream:
         self.undecodable = int(state["undecodable"])
         self.without_target = int(state.get("without_target", 0))
         self.blend.load_state_dict(state["blend"])
+        if self.packer is not None:
+            packer = state["packer"]
+            self.documents_read = int(packer["documents_read"])
+            self.too_long = int(packer["too_long"])
+            self.packer.waiting = self._reread_waiting(packer["waiting"])
 
     def close(self) -> None:
         self.blend.close()
+
+
+def _same_image(image):
+    return image
+
+
+def packed_max_images(spec: DataSpec, encoder_len: int) -> int:
+    """The image slots of a packed PrefixLM row: as many images as its encoder row holds."""
+    return encoder_len // spec.tokens_per_image if spec.image_token_id is not None else 0
 
 
 def _as_torch(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -356,12 +616,20 @@ class Loader:
         self.world_size = world_size
         self.sources = [resolve_source(location, weight) for location, weight in config.sources]
         self.spec: DataSpec = check_blend(self.sources, config.weight_unit)
+        if config.packed and config.objective != "prefixlm":
+            raise ValueError(
+                "encoder_len and decoder_len pack PrefixLM's streams: objective prefixlm"
+            )
         size = config.image_size or self.spec.image_size or (224, 224)
-        need = batch_bytes(config.batch_size, self.spec.seq_len, self.spec.max_images, size)
+        length, images = self.spec.seq_len, self.spec.max_images
+        if config.packed:
+            length = max(config.encoder_len, config.decoder_len)  # type: ignore[type-var]
+            images = packed_max_images(self.spec, config.encoder_len)  # type: ignore[arg-type]
+        need = batch_bytes(config.batch_size, length, images, size)
         if need > MAX_BATCH_BYTES:
             raise DataError(
-                f"a batch of {config.batch_size} samples of {self.spec.seq_len} tokens and "
-                f"{self.spec.max_images} images of {size[0]}x{size[1]} takes "
+                f"a batch of {config.batch_size} samples of {length} tokens and "
+                f"{images} images of {size[0]}x{size[1]} takes "
                 f"{need / 2**30:.1f} GiB, more than {MAX_BATCH_BYTES >> 30} GiB: "
                 "lower the batch size or the image size"
             )
@@ -416,14 +684,16 @@ class Loader:
     def counters(self) -> dict[str, Any]:
         """What the batches handed out so far held: ``batches``, ``samples``,
         ``shards_skipped``, ``samples_skipped``, ``documents_without_target`` (PrefixLM
-        documents skipped: nothing to predict) and per source ``samples``, ``documents``,
-        ``images``, ``tokens``."""
+        documents skipped: nothing to predict), ``documents_too_long`` (packed PrefixLM: no
+        cut fits the rows) and per source ``samples``, ``documents``, ``images``,
+        ``tokens``."""
         total: dict[str, Any] = {
             "batches": 0,
             "samples": 0,
             "shards_skipped": 0,
             "samples_skipped": 0,
             "documents_without_target": 0,
+            "documents_too_long": 0,
             "sources": {s.location: empty_counts() for s in self.sources},
         }
         for state in self._states:
@@ -432,7 +702,8 @@ class Loader:
             counters = state["counters"]
             for key in ("batches", "samples", "shards_skipped", "samples_skipped"):
                 total[key] += counters[key]
-            total["documents_without_target"] += counters.get("documents_without_target", 0)
+            for key in ("documents_without_target", "documents_too_long"):
+                total[key] += counters.get(key, 0)
             for name, count in counters["sources"].items():
                 for key, value in count.items():
                     total["sources"][name][key] += value
@@ -450,6 +721,8 @@ class Loader:
             "world_size": self.world_size,
             "rank": self.rank,
             "workers": self.workers,
+            "encoder_len": c.encoder_len,
+            "decoder_len": c.decoder_len,
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -467,8 +740,10 @@ class Loader:
         if state.get("format") != STATE_FORMAT:
             raise ValueError(f"not a loader state: format {state.get('format')!r}")
         for key, value in self._identity().items():
-            if state[key] != value:
-                raise ValueError(f"the loader state has {key} {state[key]}, this loader {value}")
+            if state.get(key) != value:  # a state from before packing has no encoder_len
+                raise ValueError(
+                    f"the loader state has {key} {state.get(key)}, this loader {value}"
+                )
         self._batches = int(state["batches"])
         self._states = list(state["worker_states"])
 
@@ -476,11 +751,12 @@ class Loader:
         self, count: int
     ) -> list[tuple[dict[str, np.ndarray], list[tuple[int, reader.Sample]]]]:
         """The first ``count`` batches of this rank's first worker, with the
-        samples they hold, read in this process (``corpora train data``)."""
+        samples they hold, read in this process (``corpora train data``). Packed
+        PrefixLM batches are shown as their samples would be unpacked (one sample a row)."""
         stream = BatchStream(
             self.sources,
             self.spec,
-            self.config,
+            dataclasses.replace(self.config, encoder_len=None, decoder_len=None),
             self.rank * self.workers,
             self.world_size * self.workers,
         )
