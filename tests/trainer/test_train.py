@@ -39,10 +39,10 @@ class Loaders:
     process; it keeps the loaders it made, and ``crash_after`` batches makes the stream fail,
     as a dead node would."""
 
-    def __init__(self, build: str, crash_after: int | None = None):
+    def __init__(self, build: str, crash_after: int | None = None, **settings):
         self.made: list = []
         self.crash_after = crash_after
-        self.make = data_loaders(data_config([build], num_workers=0, shuffle_buffer=8))
+        self.make = data_loaders(data_config([build], num_workers=0, shuffle_buffer=8, **settings))
 
     def __call__(self, **options):
         loader = self.make(**options)
@@ -69,6 +69,20 @@ def test_tiny_prefixlm_trains_on_a_build_and_its_loss_falls(sample_build):
     assert len(result.losses) == 30 and result.steps == 30
     assert math.isclose(result.losses[0], math.log(1000), rel_tol=0.05)  # uniform over 1000
     assert sum(result.losses[-5:]) / 5 < 0.75 * result.losses[0]
+
+
+def test_tiny_prefixlm_trains_on_rows_packed_to_encoder_and_decoder_lengths(sample_build):
+    """The bundled sample, cut for PrefixLM, holds about 3 prefix tokens to 1 target token
+    (images are all prefix): encoder rows of 96 and decoder rows of 32 (18 % and 24 %
+    padding)."""
+    loaders = Loaders(sample_build, encoder_len=96, decoder_len=32)
+    config = train_config(steps=30, batch_size=4, optim=prefixlm_optim(lr=3e-3), log_every=1)
+    printed = io.StringIO()
+    result = run(prefixlm_config("tiny"), config, loaders, stream=printed)
+    assert "4 rows, 512 tokens (encoder 96 + decoder 32, packed)" in printed.getvalue()
+    assert math.isclose(result.losses[0], math.log(1000), rel_tol=0.05)
+    assert sum(result.losses[-5:]) / 5 < 0.75 * result.losses[0]
+    assert loaders.made[0].config.packed
 
 
 def vila_run(build, tiny_lm, tiny_vision, stage, steps=20, **changes):
