@@ -106,6 +106,19 @@ def train() -> None:
 @click.option(
     "--verify", is_flag=True, help="Check each shard's sha256 against the manifest before use."
 )
+@click.option(
+    "--encoder-len",
+    type=click.IntRange(1),
+    default=None,
+    help="prefixlm: measure the padding of rows packed to this encoder length (with "
+    "--decoder-len).",
+)
+@click.option(
+    "--decoder-len",
+    type=click.IntRange(1),
+    default=None,
+    help="prefixlm: measure the padding of rows packed to this decoder length.",
+)
 def data(
     sources,
     weight_unit,
@@ -118,14 +131,18 @@ def data(
     image_size,
     shuffle_buffer,
     verify,
+    encoder_len,
+    decoder_len,
 ):
     """Print a blend's first batches readably and measure its mix.
 
     Before spending GPU hours: which documents and images each row holds,
     where the labels (vila) or the encoder/decoder cut (prefixlm) fall, and
-    the share of each build against its weight.
+    the share of each build against its weight. For prefixlm also the padding
+    of the encoder and decoder streams, unpacked and packed to --encoder-len
+    and --decoder-len (or to the lengths it suggests).
     """
-    from trainer.describe import describe_batch, describe_mix, describe_spec
+    from trainer.describe import describe_batch, describe_mix, describe_spec, describe_streams
     from trainer.loader import Loader, data_config
     from trainer.stream import DataError
 
@@ -142,6 +159,8 @@ def data(
             shuffle_buffer=shuffle_buffer,
             verify=verify,
         )
+        if (encoder_len is None) != (decoder_len is None):
+            raise UsageFailure("--encoder-len and --decoder-len: give both or neither")
         loader = Loader(config)
         size = loader.config.image_size or loader.spec.image_size or (224, 224)
         echo(describe_spec(loader.spec, loader.sources, weight_unit, size))
@@ -151,6 +170,8 @@ def data(
         if mix_samples:
             counts = loader.measure_mix(mix_samples)
             echo(describe_mix(counts, loader.sources, weight_unit, mix_samples))
+        if objective == "prefixlm" and batches:
+            echo(describe_streams(loader, encoder_len=encoder_len, decoder_len=decoder_len))
     except (DataError, ValueError) as exc:
         raise UsageFailure(str(exc)) from None
 
@@ -392,6 +413,8 @@ def _run(model_config, make_config, flags: dict) -> None:
             num_workers=_smoke_defaults(flags)["workers"],
             shuffle_buffer=flags["shuffle_buffer"],
             verify=flags["verify"],
+            encoder_len=flags.get("encoder_len"),
+            decoder_len=flags.get("decoder_len"),
         )
         run(model_config(), config, data)
     except click.ClickException:
@@ -443,6 +466,20 @@ def _run(model_config, make_config, flags: dict) -> None:
     show_default=True,
     help="Attention kept to each packed document: varlen (one SDPA call per document), "
     "flex (FlexAttention, CUDA), or dense (the L x L mask; for XLA).",
+)
+@click.option(
+    "--encoder-len",
+    type=click.IntRange(1),
+    default=None,
+    help="Pack the documents' prefixes into encoder rows of this many tokens (with "
+    "--decoder-len); default: one sample a row, both streams seq_len long.",
+)
+@click.option(
+    "--decoder-len",
+    type=click.IntRange(1),
+    default=None,
+    help="Pack the documents' targets into decoder rows of this many tokens (with "
+    "--encoder-len). `corpora train data --objective prefixlm` suggests both.",
 )
 @training_options
 def prefixlm(size, image_size, attn_implementation, **flags):
