@@ -18,6 +18,14 @@ size, L = seq_len, M = max_images of the builds, H x W = ``image_size``):
 for ``vila`` also ``labels`` and ``position_ids``; for ``prefixlm`` the
 encoder and decoder arrays of :func:`trainer.features.prefixlm_features`.
 
+**Packed PrefixLM.** With ``encoder_len`` and ``decoder_len`` a row holds the
+documents of several samples (:class:`PrefixLMPacker`, first fit in stream
+order; the documents it leaves wait for the next rows), written by
+:func:`trainer.features.pack_prefixlm`: the ``encoder_*`` arrays are
+``[B, encoder_len]``, the ``decoder_*`` arrays ``[B, decoder_len]``, ``images``
+``[B, encoder_len // tokens_per_image, 3, H, W]``, and there are no
+``input_ids``, ``segment_ids`` and ``positions``.
+
 **Workers and nodes.** Each of ``num_workers`` loader processes on each of
 ``world_size`` nodes is one consumer with its own shards
 (:func:`trainer.stream.split_shards`) and its own seeded streams; torch's
