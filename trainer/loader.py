@@ -43,6 +43,7 @@ would have given (same seed, sources, batch size, world size and workers).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from typing import Any, Iterator, Sequence
 
@@ -575,6 +576,22 @@ class BatchStream:
         self.blend.close()
 
 
+def _add_counters(total: dict[str, Any] | None, counters: dict[str, Any]) -> dict[str, Any]:
+    """``total`` plus ``counters`` (a stream's): every number added, per source too."""
+    if total is None:
+        return json.loads(json.dumps(counters))
+    out = dict(total)
+    for key, value in counters.items():
+        if key == "sources":
+            out[key] = {
+                name: {k: out[key].get(name, {}).get(k, 0) + v for k, v in count.items()}
+                for name, count in value.items()
+            }
+        else:
+            out[key] = out.get(key, 0) + value
+    return out
+
+
 def _same_image(image):
     return image
 
@@ -644,6 +661,8 @@ class Loader:
         self.workers = max(1, config.num_workers)
         self._states: list[dict[str, Any] | None] = [None] * self.workers
         self._batches = 0
+        # the counters of the saved streams a resume at another world size took over
+        self._carried: dict[str, Any] | None = None
 
     def _batch_stream(self, worker: int) -> BatchStream:
         stream = BatchStream(
@@ -704,10 +723,9 @@ class Loader:
             "documents_too_long": 0,
             "sources": {s.location: empty_counts() for s in self.sources},
         }
-        for state in self._states:
-            if state is None:
+        for counters in [self._carried] + [s["counters"] for s in self._states if s is not None]:
+            if counters is None:
                 continue
-            counters = state["counters"]
             for key in ("batches", "samples", "shards_skipped", "samples_skipped"):
                 total[key] += counters[key]
             for key in ("documents_without_target", "documents_too_long"):
@@ -735,12 +753,15 @@ class Loader:
 
     def state_dict(self) -> dict[str, Any]:
         """The position of the stream after the batches handed out so far."""
-        return {
+        state = {
             "format": STATE_FORMAT,
             **self._identity(),
             "batches": self._batches,
             "worker_states": list(self._states),
         }
+        if self._carried is not None:
+            state["carried"] = self._carried
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue after the batches ``state`` had handed out. The run must
@@ -754,6 +775,70 @@ class Loader:
                 )
         self._batches = int(state["batches"])
         self._states = list(state["worker_states"])
+        self._carried = state.get("carried")
+
+    def load_state_dicts(self, states: Sequence[dict[str, Any]]) -> None:
+        """Continue after a run of another world size (or number of workers), from the
+        states of all its ranks, in rank order (a Distributed Checkpoint's resume).
+
+        The saved streams split the builds' shards among their consumers (rank × worker),
+        which this run's consumers do not share, so no stream can continue where a saved
+        one stopped. Instead every consumer of this run starts a fresh pass of each build,
+        the pass after the furthest any saved stream reached: no sample of the saved
+        passes is read again in them, while what the saved streams had not read of their
+        last pass yet (and held in their shuffle buffers and packers) is skipped, at most
+        one pass of each build. The counters go on from the saved ranks' (this rank takes
+        those of the saved ranks ``r`` with ``r mod world_size == rank``, so the ranks'
+        counters still add up). The same states give the same batches. At the saved world
+        size and workers this is :meth:`load_state_dict` of this rank's state: exact.
+        """
+        states = list(states)
+        saved = len(states)
+        for number, state in enumerate(states):
+            if state.get("format") != STATE_FORMAT:
+                raise ValueError(f"not a loader state: format {state.get('format')!r}")
+            if state.get("rank") != number or state.get("world_size") != saved:
+                raise ValueError(
+                    f"give the states of all {saved} saved ranks in rank order: state {number} "
+                    f"is rank {state.get('rank')} of {state.get('world_size')}"
+                )
+            for key, value in self._identity().items():
+                if key not in ("world_size", "rank", "workers") and state.get(key) != value:
+                    raise ValueError(
+                        f"the loader state has {key} {state.get(key)}, this loader {value}"
+                    )
+        if saved == self.world_size and states[self.rank]["workers"] == self.workers:
+            self.load_state_dict(states[self.rank])
+            return
+        passes = [0] * len(self.sources)
+        for state in states:
+            for worker_state in state["worker_states"]:
+                if worker_state is None:
+                    continue
+                for index, stream in enumerate(worker_state["blend"]["streams"]):
+                    passes[index] = max(passes[index], int(stream["pass"]) + 1)
+        carried: dict[str, Any] | None = None
+        for number, state in enumerate(states):
+            if number % self.world_size != self.rank:
+                continue
+            for counters in [state.get("carried")] + [
+                w["counters"] for w in state["worker_states"] if w is not None
+            ]:
+                if counters is not None:
+                    carried = _add_counters(carried, counters)
+        self._carried = carried
+        self._batches = 0
+        self._states = [None] * self.workers
+        fresh = []
+        for worker in range(self.workers):
+            stream = self._batch_stream(worker)
+            try:
+                for shard_stream, number in zip(stream.blend.streams, passes):
+                    shard_stream.start_pass(number)
+                fresh.append(stream.state_dict())
+            finally:
+                stream.close()
+        self._states = fresh  # type: ignore[assignment]
 
     def preview(
         self, count: int

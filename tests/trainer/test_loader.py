@@ -407,3 +407,50 @@ def test_packed_prefixlm_resumes_with_its_carry_over_byte_for_byte(builds, worke
     unpacked = Loader(dataclasses.replace(config, encoder_len=None, decoder_len=None))
     with pytest.raises(ValueError, match="the loader state has encoder_len 352, this loader None"):
         unpacked.load_state_dict(state)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_resume_at_another_world_size_starts_the_next_pass_and_keeps_the_counters(builds, packed):
+    """Two ranks' states, resumed by one rank (and by three): every stream starts the pass
+    after the furthest a saved one reached, the counters go on from the saved ones, and the
+    same states give the same batches."""
+    lengths = {"encoder_len": ENCODER_LEN, "decoder_len": DECODER_LEN} if packed else {}
+    config = _config(builds, [("pairs", 8), ("c4", 1)], objective="prefixlm", **lengths)
+    saved = []
+    for rank in range(2):
+        loader = Loader(config, rank=rank, world_size=2)
+        _take(loader, 30 + rank)  # 30 batches of 4 read pairs' 30 samples of a rank at least once
+        saved.append(json.loads(json.dumps(loader.state_dict())))
+    furthest = [
+        max(w["blend"]["streams"][i]["pass"] for s in saved for w in s["worker_states"])
+        for i in range(2)
+    ]
+    assert furthest[0] >= 1  # the pairs' streams are in their second pass at least
+    one = Loader(config)
+    one.load_state_dicts(saved)
+    total = {
+        key: sum(w["counters"][key] for s in saved for w in s["worker_states"])
+        for key in ("batches", "samples")
+    }
+    assert {k: one.counters[k] for k in total} == total == {"batches": 61, "samples": 244}
+    (worker,) = one.state_dict()["worker_states"]
+    assert [s["pass"] for s in worker["blend"]["streams"]] == [p + 1 for p in furthest]
+    assert all(s["position"] == 0 and s["buffer"] == [] for s in worker["blend"]["streams"])
+    after = _take(one, 3)
+    again = Loader(config)
+    again.load_state_dicts(saved)
+    assert _same(_take(again, 3), after)
+    assert one.counters["batches"] == 64
+    # and on three ranks: the saved ranks' counters are shared out, none counted twice
+    three = [Loader(config, rank=rank, world_size=3) for rank in range(3)]
+    for loader in three:
+        loader.load_state_dicts(saved)
+    assert [loader.counters["batches"] for loader in three] == [30, 31, 0]
+    # the saved world size: exactly load_state_dict
+    rank_one = Loader(config, rank=1, world_size=2)
+    rank_one.load_state_dicts(saved)
+    assert rank_one.state_dict() == saved[1]
+    with pytest.raises(ValueError, match="in rank order"):
+        Loader(config).load_state_dicts(saved[::-1])
+    with pytest.raises(ValueError, match="the loader state has seed 0, this loader 3"):
+        Loader(dataclasses.replace(config, seed=3)).load_state_dicts(saved)

@@ -390,3 +390,32 @@ def test_a_distributed_checkpoint_of_two_processes_resumes_on_one_and_on_two(
     assert one.losses == pytest.approx(again[0]["losses"], rel=1e-6)
     for name, value in again[0]["weights"].items():
         torch.testing.assert_close(one.model.state_dict()[name], value, rtol=0, atol=1e-5)
+
+
+def test_a_distributed_checkpoint_resumes_the_loader_on_one_process(sample_build, tmp_path):
+    """The real loader, saved by two processes (DDP, a Distributed Checkpoint), resumes on
+    one: its streams start the next pass of the build and its counters go on."""
+    output = tmp_path / "run"
+    (tmp_path / "two").mkdir()
+    spec = {"model": "prefixlm", "build": sample_build, "strategy": "ddp", "steps": 2}
+    torchrun({**spec, "output": str(output), "checkpoint_every": 2}, tmp_path / "two")
+    saved = checkpoint.latest(str(output))
+    assert saved.endswith("step-00000002") and os.listdir(os.path.join(saved, "dcp"))
+    loaders = Loaders(sample_build)
+    config = train_config(
+        steps=4,
+        batch_size=2,
+        optim=prefixlm_optim(lr=3e-3),
+        log_every=1,
+        output=str(output),
+        resume=True,
+    )
+    printed = io.StringIO()
+    result = run(prefixlm_config("tiny"), config, loaders, stream=printed)
+    assert f"resumed from {saved} at step 2" in printed.getvalue()
+    assert result.first_step == 2 and len(result.losses) == 2
+    assert all(math.isfinite(loss) for loss in result.losses)
+    (loader,) = loaders.made
+    assert loader.counters["batches"] == 2 * 2 + 2  # the two ranks' batches, then its own
+    (worker,) = loader.state_dict()["worker_states"]
+    assert worker["blend"]["streams"][0]["pass"] >= 1
