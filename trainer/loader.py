@@ -357,7 +357,7 @@ class BatchStream:
                 config.decoder_len,  # type: ignore[arg-type]
                 packed_max_images(spec, config.encoder_len),  # type: ignore[arg-type]
             )
-        self.documents_read = 0  # samples whose documents went to the packer
+        self.samples_cut = 0  # samples whose documents were cut for the packer: seeds the cuts
         self.too_long = 0  # documents no cut fits into the packed rows
         self._pulled: list[tuple[int, reader.Sample]] = []
 
@@ -449,8 +449,8 @@ class BatchStream:
                 self.undecodable += 1
                 log.warning("%s: skipped sample %s: %s", sample.url, sample.key, _reason(exc))
                 continue
-            rng = _seeded((self.config.seed, self.consumer, self.documents_read), 3)
-            self.documents_read += 1
+            rng = _seeded((self.config.seed, self.consumer, self.samples_cut), 3)
+            self.samples_cut += 1
             runs = document_runs(sample.segment_ids)
             bounds = packable_bounds(
                 sample.input_ids,
@@ -497,6 +497,9 @@ class BatchStream:
                             break
             except Exception as exc:
                 log.warning("%s: cannot re-read the packer's documents (%s)", url, _reason(exc))
+        lost = [key for _, url, key, _, _ in references if (url, key) not in found]
+        if lost:
+            log.warning("the packer's documents of %d sample(s) were not found again", len(lost))
         spec = self.spec
         return [
             cut_document(
@@ -553,7 +556,7 @@ class BatchStream:
         }
         if self.packer is not None:  # the carry-over: references, read again on resume
             state["packer"] = {
-                "documents_read": self.documents_read,
+                "samples_cut": self.samples_cut,
                 "too_long": self.too_long,
                 "waiting": [doc.reference for doc in self.packer.waiting],
             }
@@ -568,7 +571,7 @@ class BatchStream:
         self.blend.load_state_dict(state["blend"])
         if self.packer is not None:
             packer = state["packer"]
-            self.documents_read = int(packer["documents_read"])
+            self.samples_cut = int(packer["samples_cut"])
             self.too_long = int(packer["too_long"])
             self.packer.waiting = self._reread_waiting(packer["waiting"])
 
