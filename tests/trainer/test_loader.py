@@ -18,12 +18,21 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from corpora import reader
 from tests.helpers import REPO
 from trainer.batch import CLIP_MEAN, CLIP_STD, load_image
 from trainer.features import document_runs, prefix_bounds, vila_labels
-from trainer.loader import DataConfig, Loader, data_config, smoke_data_config
+from trainer.loader import (
+    DataConfig,
+    Loader,
+    PackedDocument,
+    PrefixLMPacker,
+    data_config,
+    smoke_data_config,
+)
 from trainer.models.slots import check_slots
 
 pytestmark = [
@@ -454,3 +463,38 @@ def test_a_resume_at_another_world_size_starts_the_next_pass_and_keeps_the_count
         Loader(config).load_state_dicts(saved[::-1])
     with pytest.raises(ValueError, match="the loader state has seed 0, this loader 3"):
         Loader(dataclasses.replace(config, seed=3)).load_state_dicts(saved)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(
+        st.tuples(st.integers(1, 12), st.integers(1, 8), st.integers(0, 2)), min_size=1, max_size=60
+    ),
+    window=st.integers(1, 16),
+)
+def test_the_packer_fills_rows_in_stream_order_and_loses_no_document(sizes, window):
+    encoder_len, decoder_len, max_images = 12, 8, 2
+    pulled = []
+
+    def more():  # endless: the given documents, then again
+        prefix, target, images = sizes[len(pulled) % len(sizes)]
+        doc = PackedDocument(
+            0, "", str(len(pulled)), 1, np.ones(prefix, int), np.ones(target, int), [None] * images
+        )
+        pulled.append(doc)
+        return [doc]
+
+    packer = PrefixLMPacker(encoder_len, decoder_len, max_images, window)
+    emitted = []
+    for _ in range(20):
+        head = packer.waiting[0] if packer.waiting else None
+        row = packer.row(more)
+        assert row and (head is None or row[0] is head)  # the longest waiting goes first
+        assert sum(len(d.prefix) for d in row) <= encoder_len
+        assert sum(len(d.target) for d in row) <= decoder_len
+        assert sum(len(d.images) for d in row) <= max_images
+        assert [int(d.key) for d in row] == sorted(int(d.key) for d in row)  # stream order
+        emitted += row
+        assert len(packer.waiting) < window + 1
+    keys = [d.key for d in emitted] + [d.key for d in packer.waiting]
+    assert sorted(keys, key=int) == [d.key for d in pulled]  # each document once
