@@ -34,8 +34,8 @@ os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
 from PIL import Image  # noqa: E402
 
+from corpora.config.bundled_sample import PACKAGE_DATA  # noqa: E402
 from corpora.record import Document, ImageChunk, TextChunk  # noqa: E402
-from corpora.settings import PACKAGE_DATA  # noqa: E402
 
 CAPTIONS = [
     "an astronaut in a white suit",

@@ -33,7 +33,7 @@ bare
     in one process and one thread: img2dataset's resizer (what img2dataset
     runs per image) against corpora's ``process_image`` (header checks
     included) at full size (byte-equal output) and with the reduced-size
-    decode of ``corpora.jpeg_draft``; CPU ms per image.
+    decode of ``corpora.fetch.jpeg_draft``; CPU ms per image.
 text
     ``corpora build c4`` against a plain Python loop (SentencePiece
     ``encode`` per document, tokens cut into ``seq_len`` rows, ``np.save``
@@ -304,7 +304,7 @@ def bench_bare(kind: str, repeats: int) -> dict:
     from PIL import Image
 
     from corpora.fetch import FetchSettings, process_image
-    from corpora.jpeg_draft import reduced_scale
+    from corpora.fetch.jpeg_draft import reduced_scale
 
     resizer = Resizer(
         image_size=IMAGE_SIZE,
@@ -411,7 +411,7 @@ def plain_loop(input_path: str, output: str, tokenizer: str, seq_len: int) -> No
 
 
 def loop_command(source: str, output: str, tokenizer: str | None, args) -> list[str]:
-    from corpora.settings import SAMPLE_TOKENIZER
+    from corpora.config.bundled_sample import SAMPLE_TOKENIZER
 
     return [sys.executable, os.path.abspath(__file__), "--plain-loop", source, output] + [
         tokenizer or SAMPLE_TOKENIZER,

@@ -34,7 +34,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from benchmarks.store_memory import tree_rss  # noqa: E402
-from corpora.sources import wit  # noqa: E402
+from corpora.sources.wit import reader as wit  # noqa: E402
 
 BLOCKED = "http://10.0.0.1/img"  # refused by the address guard: no request is made
 

@@ -4,7 +4,7 @@
     python benchmarks/jpeg_draft.py --image-size 336
 
 For each margin (the side the resize scales must stay at least ``margin``
-times the target after the reduction; ``corpora.jpeg_draft.MARGIN`` is the
+times the target after the reduction; ``corpora.fetch.jpeg_draft.MARGIN`` is the
 one the fetch uses): the share of photos it decodes reduced, the worst PSNR
 of the final JPEG against the full decode's (``process_image(...,
 reduced_decode=False)``, byte for byte img2dataset's) and the CPU ms per
@@ -32,7 +32,7 @@ from PIL import Image  # noqa: E402
 from benchmarks.e2e import photo_dir  # noqa: E402
 from corpora.fetch import FetchSettings, process_image  # noqa: E402
 from corpora.fetch.image import resize_for  # noqa: E402
-from corpora.jpeg_draft import MARGIN, reduced_read_flag, reduced_scale  # noqa: E402
+from corpora.fetch.jpeg_draft import MARGIN, reduced_read_flag, reduced_scale  # noqa: E402
 
 MODE = "center_crop"
 

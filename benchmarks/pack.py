@@ -3,7 +3,7 @@
     python benchmarks/pack.py            # all three parts, about a minute
     python benchmarks/pack.py --quick    # smaller inputs
 
-1. Packing efficiency (non-padding tokens / all tokens) of ``corpora.pack.pack``
+1. Packing efficiency (non-padding tokens / all tokens) of ``corpora.tokens.pack.pack``
    (best-fit decreasing over a bounded buffer) against seqio-style greedy
    packing (one open sequence, documents in order) on a C4-like document
    length distribution, at ``seq_len`` 512 and 2048.
@@ -36,10 +36,11 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from corpora import pack, shards  # noqa: E402
+from corpora import shards  # noqa: E402
+from corpora.config.bundled_sample import SAMPLE_TOKENIZER  # noqa: E402
 from corpora.record import Document, TextChunk  # noqa: E402
-from corpora.settings import SAMPLE_TOKENIZER  # noqa: E402
-from corpora.tokenizer import Span, TokenizedDocument, Tokenizer, tokenize_document  # noqa: E402
+from corpora.tokens import pack  # noqa: E402
+from corpora.tokens.tokenizer import Span, TokenizedDocument, Tokenizer, tokenize_document  # noqa: E402
 
 SEED = 0
 
@@ -213,7 +214,7 @@ def larger_tokenizer(directory: str) -> tuple[str, str] | None:
     )
     if not os.path.exists(glosses):
         return None
-    from corpora.tokenizer_train import train_sentencepiece
+    from corpora.tokens.training import train_sentencepiece
 
     with open(glosses, encoding="utf-8") as handle:
         texts = [line.split("\t", 1)[-1].strip() for line in handle]

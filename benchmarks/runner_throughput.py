@@ -30,7 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from corpora.settings import corpus_settings  # noqa: E402
+from corpora.config.settings import corpus_settings  # noqa: E402
 from pipelines.launch import execute  # noqa: E402
 from pipelines.runners import RunnerSettings  # noqa: E402
 from tests.generated import mmc4_documents, write_mmc4  # noqa: E402

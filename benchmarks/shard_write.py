@@ -31,10 +31,12 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from corpora import pack, shards, stats  # noqa: E402
+from corpora import shards  # noqa: E402
 from corpora.record import ImageChunk  # noqa: E402
-from corpora.tokenizer import Span, TokenizedDocument  # noqa: E402
-from tests.corpora.test_stats import reference_sequence_values  # noqa: E402  (the code before)
+from corpora.stats import figures as stats  # noqa: E402
+from corpora.tokens import pack  # noqa: E402
+from corpora.tokens.tokenizer import Span, TokenizedDocument  # noqa: E402
+from tests.corpora.stats.test_figures import reference_sequence_values  # noqa: E402  (the code before)
 
 IMAGE_TOKEN, TOKENS_PER_IMAGE = 32000, 576
 

@@ -127,10 +127,10 @@ RULES: list[tuple[str, Callable]] = [
     (
         "pack and write shards",
         lambda f, p, s: (
-            any(k in p for k in ("corpora/pack.py", "corpora/shards.py", "tarfile")) or None
+            any(k in p for k in ("corpora/tokens/pack.py", "corpora/shards.py", "tarfile")) or None
         ),
     ),
-    ("statistics", lambda f, p, s: "corpora/stats.py" in p or None),
+    ("statistics", lambda f, p, s: "corpora/stats/figures.py" in p or None),
     (
         "read input (parquet, json)",
         lambda f, p, s: (

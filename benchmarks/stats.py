@@ -25,9 +25,11 @@ import time
 
 import numpy as np
 
-from corpora import pack, reader, shards, stats
+from corpora import reader, shards
 from corpora.record import ImageChunk
-from corpora.tokenizer import Span, TokenizedDocument
+from corpora.stats import figures as stats
+from corpora.tokens import pack
+from corpora.tokens.tokenizer import Span, TokenizedDocument
 
 IMAGE_TOKEN, TOKENS_PER_IMAGE = 32000, 576
 

@@ -12,11 +12,11 @@ from click.core import ParameterSource
 
 from cli.common import UsageFailure, echo, pipeline_failed, usage_errors
 from cli.quiet import only_corpora_lines
-from corpora.advice import failures_advice, nothing_kept
-from corpora.bundled_sample import sample_contents
-from corpora.flags import SMOKE_FLAGS, FlagError, describe_clip, settings_from_flags
-from corpora.inputs import InputError
-from corpora.stats_table import format_count
+from corpora.config.bundled_sample import sample_contents
+from corpora.config.flags import SMOKE_FLAGS, FlagError, describe_clip, settings_from_flags
+from corpora.sources.inputs import InputError
+from corpora.stats.advice import failures_advice, nothing_kept
+from corpora.stats.table import format_count
 from pipelines.runners import (
     RUNNER_FLAGS,
     RunnerError,
@@ -57,7 +57,7 @@ def _build(
     verbose: bool,
     zygote: Zygote | None,
 ) -> None:
-    from corpora.lock import LockError
+    from corpora.lock.output import LockError
     from corpora.shards.resume import SettingsChanged
     from corpora.store import StoreError
     from pipelines.inputs import input_bytes, resolve_inputs

@@ -2,7 +2,7 @@
 ``corpora build CORPUS --help``: only the flags that apply to CORPUS.
 
 The sections come from the lists the flags are defined by
-(:mod:`corpora.flags`, :data:`pipelines.runners.RUNNER_FLAGS`, the catalog's
+(:mod:`corpora.config.flags`, :data:`pipelines.runners.RUNNER_FLAGS`, the catalog's
 corpus options), so a flag added to one of them lands in its section; a flag
 in none is shown under "Other options", never left out.
 """
@@ -13,8 +13,9 @@ from typing import Iterator
 
 import click
 
-from corpora import catalog, flags
-from corpora.spec import CorpusSpec
+from corpora import stages
+from corpora.config import catalog, flags
+from corpora.config.spec import CorpusSpec
 from pipelines.runners import RUNNER_FLAGS
 
 HELP_CORPUS = "corpora.help_corpus"  # ctx.meta: the corpus named before --help
@@ -40,6 +41,11 @@ def sections() -> list[tuple[str, tuple[str, ...]]]:
         ("Images: the image store and retries", (*RETRY_FLAGS, *flags.STORE_FLAGS)),
         ("CLIP scoring", ("clip_model", "clip_pretrained", *flags.CLIP_FLAGS)),
         *((f"Corpus options: {users}", tuple(names)) for users, names in by_users.items()),
+        *(
+            (f"Stage {stage.name}: {stage.summary}", stage.option_names)
+            for stage in stages.all_stages()
+            if stage.options
+        ),
         ("Runner (Beam)", RUNNER_FLAGS),
     ]
 

@@ -10,7 +10,7 @@ from typing import Any, Iterator, NoReturn
 
 import click
 
-from corpora.extras import MissingExtra
+from corpora.config.extras import MissingExtra
 
 # C0 and C1 control characters but newline and tab, and the Unicode controls
 # that reorder text on screen: what a hostile name, URL or text could use to

@@ -15,12 +15,12 @@ from typing import Any, Sequence
 import click
 
 from cli.common import CorpusName, UsageFailure, echo, pipeline_failed, usage_errors
-from cli.corpus_options import corpus_options
+from cli.corpus_options import corpus_options, stage_options
 from cli.fetch_options import fetch_options
 from cli.quiet import only_corpora_lines
-from corpora import catalog
-from corpora.flags import PROGRESS_EVERY, FlagError, settings_from_flags
-from corpora.inputs import InputError
+from corpora.config import catalog
+from corpora.config.flags import PROGRESS_EVERY, FlagError, settings_from_flags
+from corpora.sources.inputs import InputError
 from corpora.store import ImageStore, StoreError
 from pipelines.runners import (
     RUNNERS,
@@ -61,6 +61,7 @@ from pipelines.workers import Zygote, warm_workers
     help="Fetch from loopback, private and link-local addresses (refused by default).",
 )
 @corpus_options
+@stage_options
 @fetch_options
 @click.argument("beam_args", nargs=-1, type=click.UNPROCESSED)
 def fetch(corpus, beam_args, workers, runner, **flags):
@@ -92,7 +93,8 @@ def _fetch(
     corpus: str, runner: RunnerSettings, flags: dict[str, Any], verbose: bool, zygote: Zygote | None
 ) -> None:
     from pipelines.inputs import resolve_inputs
-    from pipelines.store import check_store, run_fetch
+    from pipelines.launch import run_fetch
+    from pipelines.store import check_store
 
     with usage_errors(FlagError, InputError, RunnerError, StoreError):
         use_filesystems(runner, verbose)

@@ -1,7 +1,7 @@
 """The image-fetch flags of ``corpora build``.
 
 Each flag's parameter name (``--fetch-concurrency`` → ``fetch_concurrency``)
-is a key of :data:`corpora.flags.FETCH_FLAGS`, which maps it onto
+is a key of :data:`corpora.config.flags.FETCH_FLAGS`, which maps it onto
 :class:`~corpora.fetch.FetchSettings`; defaults are FetchSettings's own.
 """
 

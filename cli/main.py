@@ -1,5 +1,5 @@
 """The ``corpora`` command line: flag definitions, and calls into the core and
-the pipelines. It holds no logic: :func:`corpora.flags.settings_from_flags`
+the pipelines. It holds no logic: :func:`corpora.config.flags.settings_from_flags`
 turns the build flags into settings, :mod:`pipelines.inputs` checks the
 inputs, :mod:`cli.build` runs the build and prints what it did.
 
@@ -27,18 +27,19 @@ from cli.common import (
     terminated,
     usage_errors,
 )
-from cli.corpus_options import corpus_options, help_for
+from cli.corpus_options import corpus_options, help_for, stage_options
 from cli.fetch import fetch
 from cli.fetch_options import fetch_options
 from cli.quiet import configure_logging
 from cli.train import train
-from corpora import MAX_IMAGE_SIZE, MAX_SEQ_LEN, catalog
+from corpora import MAX_IMAGE_SIZE, MAX_SEQ_LEN
 from corpora.clip import DEVICES, ClipSettings
+from corpora.config import catalog
+from corpora.config.flags import PROGRESS_EVERY
+from corpora.config.settings import DEFAULTS
 from corpora.fetch import RESIZE_MODES
-from corpora.flags import PROGRESS_EVERY
-from corpora.inputs import InputError
-from corpora.settings import DEFAULTS
-from corpora.tokenizer_train import MODEL_TYPES
+from corpora.sources.inputs import InputError
+from corpora.tokens.training import MODEL_TYPES
 from pipelines.runners import ENVIRONMENTS, RUNNERS
 
 
@@ -213,6 +214,7 @@ def list_corpora() -> None:
     "is lower. Without it, " + help_for("min_clip_sim"),
 )
 @corpus_options
+@stage_options
 @click.option(
     "--clip-model",
     default=None,
@@ -275,7 +277,7 @@ _verify_option = click.option(
 @_verify_option
 def inspect(path, index, verify):
     """Print one packed sample of a build directory or a shard readably."""
-    from corpora.describe import describe_sample, find_sample
+    from corpora.stats.describe import describe_sample, find_sample
 
     with usage_errors(OSError, ValueError, IndexError):
         sample, manifest = find_sample(path, index, verify)
@@ -313,8 +315,8 @@ def tokenizer_train(inputs, vocab_size, output, model_type, max_sentences):
     """Train a SentencePiece model on a corpus's text."""
     import sentencepiece as spm
 
-    from corpora.tokenizer import file_sha256
-    from corpora.tokenizer_train import TrainingError, match_corpus_files, train_on_files
+    from corpora.tokens.tokenizer import file_sha256
+    from corpora.tokens.training import TrainingError, match_corpus_files, train_on_files
 
     with usage_errors(InputError):
         files = match_corpus_files(inputs)
@@ -353,8 +355,8 @@ def stats(path, as_json, verify):
     DIR_OR_MANIFEST is a build directory, its manifest.json, or one shard of it.
     """
     from corpora.reader import BuildInputError
-    from corpora.stats import stats_from_shards, stats_json
-    from corpora.stats_table import format_table
+    from corpora.stats.figures import stats_from_shards, stats_json
+    from corpora.stats.table import format_table
 
     with usage_errors(BuildInputError):
         result = stats_from_shards(path, _progress, verify)
@@ -375,7 +377,7 @@ def stats(path, as_json, verify):
 def report(path, output, samples, verify):
     """Write report.html: a build's statistics, charts and a gallery of packed samples."""
     from corpora.reader import BuildInputError
-    from corpora.report import write_report
+    from corpora.stats.report import write_report
 
     with usage_errors(BuildInputError):
         try:

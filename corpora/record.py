@@ -87,7 +87,7 @@ class Drop:
     ``reason`` is a short snake_case name (``bad_json``, ``http_404``); it
     becomes a Beam counter and a key of the manifest funnel's ``dropped`` map.
     ``count`` is how many funnel units this drop stands for (an unparseable
-    line counts once; see :mod:`corpora.funnel`).
+    line counts once; see :mod:`corpora.stats.funnel`).
     """
 
     reason: str

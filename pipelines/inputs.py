@@ -6,7 +6,7 @@ corpus's file patterns (``CorpusSpec.input_patterns``); every input must
 match files that open; the corpus's own check (a COYO parquet holds the
 columns the build reads) runs on every file; a ``--retry-failures`` file must
 be a readable ``failures.parquet``. Each refusal is an
-:class:`~corpora.inputs.InputError` with one line that names the file.
+:class:`~corpora.sources.inputs.InputError` with one line that names the file.
 
 An input can also turn out unreadable only once a worker reads it (a ``.gz``
 truncated half way). :func:`input_error_of` finds that worker's
@@ -22,9 +22,9 @@ import os
 import re
 import stat
 
-from corpora import catalog
-from corpora.inputs import InputError, decompressed
-from corpora.settings import BuildSettings
+from corpora.config import catalog
+from corpora.config.settings import BuildSettings
+from corpora.sources.inputs import InputError, decompressed
 from pipelines import storage
 
 
@@ -117,7 +117,7 @@ def input_error_of(failure: BaseException) -> InputError | None:
     the worker's own one-line message; ``None`` for a failure of another kind.
 
     >>> text = ("Traceback (most recent call last):\\n  ...\\n"
-    ...         "corpora.inputs.InputError: docs.jsonl.gz: Compressed file ended before the"
+    ...         "corpora.sources.inputs.InputError: docs.jsonl.gz: Compressed file ended before the"
     ...         " end-of-stream marker was reached [while running 'Read/ParDo(ReadSource)']")
     >>> print(input_error_of(RuntimeError(text.replace("\\n", chr(10)))))
     docs.jsonl.gz: Compressed file ended before the end-of-stream marker was reached

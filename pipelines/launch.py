@@ -13,20 +13,21 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Sequence, TextIO
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import TestOptions
 
-from corpora import catalog, lock
-from corpora.build_progress import progress_line, read_tallies
-from corpora.settings import BuildSettings
+from corpora.config import catalog
+from corpora.config.settings import BuildSettings
+from corpora.lock import output as lock
 from corpora.shards import resume as core_resume
 from corpora.shards.manifest import MANIFEST
-from corpora.tokenizer import Tokenizer
+from corpora.stats.progress import progress_line, read_tallies
+from corpora.tokens.tokenizer import Tokenizer
 from pipelines import resume, storage
-from pipelines.build import build_pipeline
+from pipelines.build import build_pipeline, fetch_pipeline
 from pipelines.inputs import input_bytes
 from pipelines.memory import steady_memory
 from pipelines.runners import RunnerError, RunnerSettings, make_runner, pipeline_options
@@ -72,7 +73,7 @@ def counters_of(result: Any) -> dict[str, int]:
 class BuildProgress:
     """Every ``every`` seconds, one line: the records read (and the share of
     the input, ``input_bytes`` long), the images fetched and their rate, the
-    shards complete, and an ETA (:func:`corpora.build_progress.progress_line`),
+    shards complete, and an ETA (:func:`corpora.stats.progress.progress_line`),
     from the workers' counts in ``tallies`` (a folder this object makes and
     removes when none is given). The clock is injectable, so a test needs no
     sleeps."""
@@ -180,7 +181,7 @@ def execute(
     starts its workers with ``worker_command`` when given
     (:class:`pipelines.workers.Zygote`).
 
-    The build holds the output's lock (:mod:`corpora.lock`) from before it
+    The build holds the output's lock (:mod:`corpora.lock.output`) from before it
     touches the output to its end: a second build into the same output gets
     :class:`corpora.lock.OutputLocked`. A failed build leaves no temporaries,
     in the output or in the temporary directory."""
@@ -258,3 +259,32 @@ def _run(
     return BuildOutcome(
         manifest, counters, seconds, resumed_shards=found["complete_shards"], result=result
     )
+
+
+def run_build(
+    settings: BuildSettings,
+    runner: str = "DirectRunner",
+    workers: int = 1,
+    beam_args: Sequence[str] = (),
+    verbose: bool = False,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Build a corpus and return its manifest (read back from the output).
+
+    Re-running an interrupted build resumes it (``pipelines/launch.py``)."""
+    runner_settings = RunnerSettings(runner=runner, workers=workers, beam_args=tuple(beam_args))
+    return execute(settings, runner_settings, overwrite=overwrite, verbose=verbose).manifest
+
+
+def run_fetch(
+    settings: BuildSettings, runner: RunnerSettings, worker_command: str | None = None
+) -> tuple[dict[str, int], float]:
+    """Run :func:`pipelines.build.fetch_pipeline` (its workers started with ``worker_command``
+    when given, as :func:`execute`'s); the run's ``corpora``
+    counters (``images.<outcome>``, ``arrived.<arrival>``) and its wall time."""
+    pipeline = new_pipeline(runner, worker_command=worker_command)
+    fetch_pipeline(pipeline, settings)
+    start = time.monotonic()
+    result = pipeline.run()
+    result.wait_until_finish()
+    return counters_of(result), time.monotonic() - start

@@ -6,8 +6,8 @@
       ─► number sequences globally ─► group by shard
       ─► per shard: read its documents back, cut, lay out, write
 
-Every step calls the core function :mod:`corpora.pack_groups` names for it,
-so the bytes are those of :func:`corpora.pack.pack` on the same documents.
+Every step calls the core function :mod:`corpora.tokens.pack_groups` names for it,
+so the bytes are those of :func:`corpora.tokens.pack.pack` on the same documents.
 What crosses between workers is small: each document's plan and where it
 is, then each sequence's pieces and where their documents are. The
 documents are written once, to ``{output}/.corpora/documents``
@@ -32,15 +32,28 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from corpora import pack, shards, stats
-from corpora.pack_groups import group_of, group_offsets, plan_group
-from corpora.settings import BuildSettings
+from corpora import shards
+from corpora.config.settings import BuildSettings
+from corpora.stats import figures as stats
 from corpora.store.files import Files
 from corpora.store.stash import DOCUMENTS, STASH, BlobWriter, stash_images, stash_writer
-from corpora.tokenizer import Span, TokenizedDocument
+from corpora.tokens import pack
+from corpora.tokens.pack_groups import group_of, group_offsets, plan_group
+from corpora.tokens.tokenizer import Span, TokenizedDocument
 from pipelines import memory, resume, storage
+from pipelines.stats import token_ids
 from pipelines.store import StashReader, reference, stash_files
-from pipelines.transforms import COUNTS, DROPPED, KEPT, NAMESPACE, SEQUENCE_STATS, _route
+from pipelines.transforms import (
+    COUNTS,
+    DROPPED,
+    IMAGES_REMOVED,
+    KEPT,
+    NAMESPACE,
+    SEQUENCE_STATS,
+    CountRemovedImages,
+    Tokenize,
+    route_result,
+)
 
 # Sequences per element leaving a packing group: enough that Beam's cost per
 # element is small beside theirs, few enough that an element stays small.
@@ -49,7 +62,7 @@ SEQUENCES_PER_ELEMENT = 1_000
 
 class StashDocuments(beam.DoFn):
     """A batch of tokenized documents → one list of ``(plan, where)``: each
-    document's :class:`~corpora.pack.DocumentPlan` as a tuple (its key taken
+    document's :class:`~corpora.tokens.pack.DocumentPlan` as a tuple (its key taken
     while the image bytes are there) and where the document is: written to
     the stash with its images as references (:mod:`corpora.store.stash`),
     the reference as a tuple; the document itself where nothing is stashed."""
@@ -81,7 +94,7 @@ class StashDocuments(beam.DoFn):
 def route(
     batch: list[tuple[pack.DocumentPlan, Any]], documents: int, pack_groups: int | None
 ) -> Iterator[tuple[int, list[tuple[pack.DocumentPlan, Any]]]]:
-    """A batch's entries by packing group (:func:`corpora.pack_groups.group_of`)."""
+    """A batch's entries by packing group (:func:`corpora.tokens.pack_groups.group_of`)."""
     by_group = collections.defaultdict(list)
     for entry in batch:
         by_group[group_of(entry[0][0], documents, pack_groups)].append(entry)
@@ -116,7 +129,7 @@ def _plan(compact: tuple[str, tuple]) -> pack.DocumentPlan:
 
 
 class PackGroup(beam.DoFn):
-    """Plan one group's packing (:func:`corpora.pack_groups.plan_group`) on
+    """Plan one group's packing (:func:`corpora.tokens.pack_groups.plan_group`) on
     the documents' plans alone.
 
     Emits ``(group, first, sequences)`` per :data:`SEQUENCES_PER_ELEMENT`
@@ -138,7 +151,7 @@ class PackGroup(beam.DoFn):
                 where[plan[0]] = place  # documents sharing a key are byte-identical
         planned = plan_group(plans, self._settings.seq_len, self._settings.pack)
         for drop in planned.dropped:
-            yield _route(drop, "pack")
+            yield route_result(drop, "pack")
         count, chunk = 0, []
         for sequence in planned.sequences:
             chunk.append([((r.key, *r.bounds()), where[r.key]) for r in sequence])
@@ -204,7 +217,7 @@ class WriteShard(beam.DoFn):
     that a previous attempt completed with exactly these bytes is left as it is.
 
     With ``stat_ids``, each sequence's statistics values
-    (:func:`corpora.stats.sequence_values`) go to the ``sequence_stats``
+    (:func:`corpora.stats.figures.sequence_values`) go to the ``sequence_stats``
     output, so the build's statistics need no second pass over the shards.
     """
 
@@ -288,7 +301,7 @@ class PackSequences(beam.PTransform):
 
     The result has ``shards`` (one info dict per shard written), ``kept``
     (documents packed, per group), ``dropped`` and ``sequence_stats`` (one
-    :class:`corpora.stats.SequenceValues` per sequence, when ``stat_ids`` is given).
+    :class:`corpora.stats.figures.SequenceValues` per sequence, when ``stat_ids`` is given).
     """
 
     def __init__(
@@ -331,3 +344,24 @@ class PackSequences(beam.PTransform):
             "dropped": packed[DROPPED],
             "sequence_stats": written[SEQUENCE_STATS],
         }
+
+
+def pack_step(stage, batches, build):
+    """``pack``: the images kept documents lost counted, then every document
+    tokenized, packed and written to shards; shards, documents kept and
+    sequence statistics are ``build.outputs["shards"|"kept"|"sequence_stats"]``.
+    The last stage: it returns nothing."""
+    counted = batches | "CountRemovedImages" >> beam.ParDo(CountRemovedImages()).with_outputs(
+        IMAGES_REMOVED, main="docs"
+    )
+    build.images_removed(counted[IMAGES_REMOVED])
+    info = build.tokenizer.info
+    packed = (
+        counted.docs
+        | "Tokenize" >> beam.ParDo(Tokenize(build.tokenizer))
+        | "PackSequences" >> PackSequences(build.settings, info.pad_id, token_ids(info))
+    )
+    build.dropped(stage.name, packed["dropped"])
+    build.outputs.update(
+        shards=packed["shards"], kept=packed["kept"], sequence_stats=packed["sequence_stats"]
+    )

@@ -11,13 +11,13 @@ from typing import Any, Iterable
 from apache_beam.io.filesystems import FileSystems
 
 from corpora import shards
+from corpora.config.settings import BuildSettings
 from corpora.fetch.accounting import FAILURES
-from corpora.pack import PackedSequence
-from corpora.settings import BuildSettings
 from corpora.shards import resume
 from corpora.shards.manifest import MANIFEST
-from corpora.stats import STATS
-from corpora.tokenizer import TokenizerInfo
+from corpora.stats.figures import STATS
+from corpora.tokens.pack import PackedSequence
+from corpora.tokens.tokenizer import TokenizerInfo
 from pipelines import storage
 
 EMBEDDINGS = "clip-embeddings-*.parquet"  # corpora.clip.embeddings_file_name

@@ -390,7 +390,7 @@ def make_runner(options: PipelineOptions, worker_command: str | None = None):
         try:
             from pipelines.dask_runner import DaskRunner
         except ImportError as exc:  # dask, distributed
-            from corpora.extras import missing_extra
+            from corpora.config.extras import missing_extra
 
             raise RunnerError(missing_extra("dask", "DaskRunner", exc)) from None
         return DaskRunner()

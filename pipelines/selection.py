@@ -1,6 +1,6 @@
 """Beam wrappers for score selection: a global top fraction and a minimum.
 
-The rule lives in :mod:`corpora.selection`; here the two passes become a
+The rule lives in :mod:`corpora.stages.selection`; here the two passes become a
 histogram combined over all workers, the boundary bucket gathered in one
 place, and a routing ParDo with the cut as a side input.
 """
@@ -12,9 +12,9 @@ from typing import Callable, NamedTuple
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from corpora import selection
 from corpora.record import Document, Drop
-from pipelines.transforms import DROPPED, NAMESPACE, _route
+from corpora.stages import selection
+from pipelines.transforms import DROPPED, NAMESPACE, record_batches, route_result
 
 ScoreFn = Callable[[Document], "float | None"]
 
@@ -44,7 +44,7 @@ class _Score(beam.DoFn):
     def process(self, doc: Document):
         score = self._score(doc)
         if not selection.valid_score(score):
-            yield _route(
+            yield route_result(
                 Drop(f"{self._reason}_missing_score", doc.id, url=doc.source_url), "select"
             )
         else:
@@ -61,7 +61,7 @@ class _Route(beam.DoFn):
             Metrics.counter(NAMESPACE, f"{self._reason}.kept").inc()
             yield doc
         else:
-            yield _route(
+            yield route_result(
                 Drop(
                     self._reason,
                     doc.id,
@@ -143,7 +143,7 @@ class _AtLeast(beam.DoFn):
 
     def process(self, doc: Document):
         kept = selection.threshold(doc, self._score(doc), self._minimum, self._reason)
-        yield _route(kept, "select")
+        yield route_result(kept, "select")
 
 
 class AtLeast(beam.PTransform):
@@ -156,3 +156,16 @@ class AtLeast(beam.PTransform):
     def expand(self, docs: beam.PCollection):
         result = docs | "AtLeast" >> beam.ParDo(self._fn).with_outputs(DROPPED, main="kept")
         return result.kept, result[DROPPED]
+
+
+def select_step(stage, batches, build):
+    """``select``: the corpus's top fraction by its rank, over every record of
+    the build (one by one, batched again after); the cut's summary is
+    ``build.outputs["selection"]`` (the manifest's ``top_fraction``)."""
+    spec = build.spec
+    selected = (
+        batches | "UnbatchToSelect" >> beam.FlatMap(lambda batch: batch)
+    ) | "TopFraction" >> TopFraction(spec.rank, spec.top_fraction(build.settings))
+    build.dropped(stage.name, selected.dropped)
+    build.outputs["selection"] = selected.summary
+    return selected.kept | "Rebatch" >> record_batches()

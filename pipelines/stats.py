@@ -1,6 +1,6 @@
 """Statistics during the build: no second pass over the shards.
 
-Each packed sequence is reduced to its :class:`corpora.stats.SequenceValues`
+Each packed sequence is reduced to its :class:`corpora.stats.figures.SequenceValues`
 on the way to its shard, a CombineFn merges them (integer counts, so the
 order Beam merges in does not matter), and once the manifest is written,
 ``stats.json`` is written beside it from the combined counts and the funnel.
@@ -15,8 +15,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from corpora import stats
-from corpora.tokenizer import TokenizerInfo
+from corpora.stats import figures as stats
+from corpora.tokens.tokenizer import TokenizerInfo
 from pipelines import storage
 from pipelines.transforms import NAMESPACE
 

@@ -3,22 +3,19 @@
 The fetch stage (:class:`pipelines.transforms.FetchImages`) reads and writes
 the store as it fetches; :class:`MarkComplete` then writes each input split's
 completion marker once every fetch worker has committed its parts.
-:func:`fetch_pipeline` is ``corpora fetch``: the download alone.
+:func:`pipelines.build.fetch_pipeline` is ``corpora fetch``: the download alone.
 """
 
 from __future__ import annotations
 
 import apache_beam as beam
 
-from corpora import catalog
-from corpora.settings import BuildSettings
 from corpora.store import ImageStore, Img2DatasetOutput
 from corpora.store.files import Files, reachable
 from corpora.store.outcomes import ImageRef
 from corpora.store.reader import ImageReader
 from corpora.store.settings import StoreSettings
 from corpora.store.stash import STASHES, read_blob, unstash_piece
-from pipelines.runners import RunnerSettings
 
 
 def stash_files(output: str, folder: str) -> Files | None:
@@ -39,7 +36,7 @@ def reference(ref: ImageRef) -> tuple[str, int, int, str]:
 class StashReader:
     """Values by :func:`reference` (:func:`corpora.store.stash.read_blob`),
     or the value itself where nothing was stashed (a record batch is a list,
-    a document a :class:`~corpora.tokenizer.TokenizedDocument`); images put
+    a document a :class:`~corpora.tokens.tokenizer.TokenizedDocument`); images put
     back into pieces."""
 
     def __init__(self):
@@ -106,59 +103,3 @@ class MarkComplete(beam.PTransform):
             | "OneEach" >> beam.Distinct()
             | "Mark" >> beam.Map(mark_complete, settings=self._settings)
         )
-
-
-def fetch_pipeline(pipeline: beam.Pipeline, settings: BuildSettings) -> None:
-    """``corpora fetch``: a build's stages up to and including the fetch, into
-    ``settings.store`` (read, metadata filter, top fraction, fetch, markers),
-    and nothing after: the records are dropped once their images are kept."""
-    from pipelines import build
-    from pipelines import transforms as t
-
-    spec = catalog.get(settings.corpus)
-    read = build.input_files(pipeline, settings.inputs) | "Read" >> beam.ParDo(
-        t.ReadSource(spec, settings)
-    ).with_outputs(t.DROPPED, t.INPUT, main="docs")
-    batches = read.docs  # in batches (lists), as in a build
-    if spec.metadata_filter is not None:
-        batches = (
-            batches
-            | "Filter"
-            >> beam.ParDo(t.ApplyStage(spec.metadata_filter, settings, "filter")).with_outputs(
-                t.DROPPED, main="docs"
-            )
-        ).docs
-    fraction = spec.top_fraction(settings)
-    if fraction is not None:
-        from pipelines.selection import TopFraction
-
-        docs = batches | "UnbatchToSelect" >> beam.FlatMap(lambda batch: batch)
-        kept = (docs | "TopFraction" >> TopFraction(spec.rank, fraction)).kept
-        batches = kept | "Rebatch" >> t.record_batches()
-    fetched = (
-        batches
-        | "Spread" >> beam.Reshuffle()  # the records themselves: nothing after the fetch
-        | "Fetch"
-        >> beam.ParDo(t.FetchImages(spec, settings.fetch, settings.store)).with_outputs(
-            t.DROPPED, t.IMAGES, t.FAILURES, t.ARRIVED, t.SPLITS, main="docs"
-        )
-    )
-    _ = fetched[t.SPLITS] | "StoreMarkers" >> MarkComplete(settings.store)
-
-
-def run_fetch(
-    settings: BuildSettings, runner: RunnerSettings, worker_command: str | None = None
-) -> tuple[dict[str, int], float]:
-    """Run :func:`fetch_pipeline` (its workers started with ``worker_command``
-    when given, as :func:`pipelines.launch.execute`'s); the run's ``corpora``
-    counters (``images.<outcome>``, ``arrived.<arrival>``) and its wall time."""
-    import time
-
-    from pipelines.launch import counters_of, new_pipeline
-
-    pipeline = new_pipeline(runner, worker_command=worker_command)
-    fetch_pipeline(pipeline, settings)
-    start = time.monotonic()
-    result = pipeline.run()
-    result.wait_until_finish()
-    return counters_of(result), time.monotonic() - start

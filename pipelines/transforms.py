@@ -10,24 +10,26 @@ import collections
 import contextlib
 import logging
 import os
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 import apache_beam as beam
+from apache_beam.io import fileio
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.metrics import Metrics
 
 from corpora import fetch
-from corpora.build_progress import Tally
+from corpora.config.settings import BuildSettings
+from corpora.config.spec import CorpusSpec
 from corpora.fetch.progress import FetchProgress
 from corpora.record import Document, Drop
-from corpora.settings import BuildSettings
-from corpora.spec import CorpusSpec
+from corpora.stats.progress import Tally
 from corpora.store.fetching import StoreFetch
 from corpora.store.settings import StoreSettings
 from corpora.store.stash import RECORDS, BlobWriter
-from corpora.tokenizer import TokenizedDocument, Tokenizer, tokenize_document
-from pipelines import memory
+from corpora.tokens.tokenizer import TokenizedDocument, Tokenizer, tokenize_document
+from pipelines import memory, storage
 from pipelines.storage import read_failure_urls
-from pipelines.store import StashReader, reference, stash_files
+from pipelines.store import MarkComplete, StashReader, reference, stash_files
 
 DROPPED = "dropped"
 INPUT = "input"
@@ -44,7 +46,7 @@ NAMESPACE = "corpora"
 _LOG = logging.getLogger(__name__)
 
 
-def _route(result: Document | Drop | Any, stage: str):
+def route_result(result: Document | Drop | Any, stage: str):
     """Send a drop to the ``dropped`` output (and its counter); pass the rest."""
     if isinstance(result, Drop):
         Metrics.counter(NAMESPACE, f"dropped.{result.reason}").inc(result.count)
@@ -64,13 +66,13 @@ def record_batches() -> beam.BatchElements:
     return beam.BatchElements(min_batch_size=MIN_BATCH, max_batch_size=MAX_BATCH)
 
 
-def _route_batch(results: Iterable, stage: str) -> Iterator:
+def route_batch(results: Iterable, stage: str) -> Iterator:
     """A batch's results: each drop to ``dropped``, the records kept as one
     list (nothing when none is kept)."""
     kept = []
     for result in results:
         if isinstance(result, Drop):
-            yield _route(result, stage)
+            yield route_result(result, stage)
         else:
             kept.append(result)
     if kept:
@@ -135,7 +137,7 @@ class ReadSource(beam.DoFn):
     from :data:`MIN_BATCH` to :data:`MAX_BATCH` records, so that a small
     input still spreads over the workers; counts every funnel unit read
     (and, for a local build's progress line, the input bytes read:
-    ``progress``, a folder of :class:`~corpora.build_progress.Tally` files)."""
+    ``progress``, a folder of :class:`~corpora.stats.progress.Tally` files)."""
 
     def __init__(self, spec: CorpusSpec, settings: BuildSettings, progress: str | None = None):
         self._spec = spec
@@ -174,7 +176,7 @@ class ReadSource(beam.DoFn):
                 if isinstance(result, Drop):
                     units += result.count
                     self._count(result.count, stream)
-                    yield _route(result, "read")
+                    yield route_result(result, "read")
                     continue
                 units += 1
                 self._count(1, stream)
@@ -182,11 +184,11 @@ class ReadSource(beam.DoFn):
                     result = result.with_meta(**{fetch.STORE_SPLIT: split})
                 batch.append(result)
                 if len(batch) == size:
-                    yield from _route_batch(batch, "read")
+                    yield from route_batch(batch, "read")
                     batch, size = [], min(2 * size, MAX_BATCH)
         self._bytes_done += getattr(readable_file.metadata, "size_in_bytes", 0) or 0
         self._count(0)
-        yield from _route_batch(batch, "read")
+        yield from route_batch(batch, "read")
         Metrics.counter(NAMESPACE, "input").inc(units)
         yield beam.pvalue.TaggedOutput(INPUT, units)
 
@@ -271,7 +273,7 @@ class FetchImages(beam.DoFn):
         for doc in batch:
             selected = doc if self._retry is None else fetch.select_for_retry(doc, self._retry)
             if isinstance(selected, Drop):
-                yield _route(selected, "fetch")
+                yield route_result(selected, "fetch")
             else:
                 docs.append(selected)
         urls = {}  # url → the input split of the first record holding it
@@ -325,7 +327,7 @@ class FetchImages(beam.DoFn):
                     self._splits.add(split)
                     yield beam.pvalue.TaggedOutput(SPLITS, split)
             attached.append(fetch.attach_images(doc, results, self._spec.drop_on_image_failure))
-        yield from _route_batch(attached, "fetch")
+        yield from route_batch(attached, "fetch")
         if self._tally is not None:
             self._tally.add(records_fetched=len(batch))
             if self._tally.due():
@@ -359,15 +361,65 @@ class Tokenize(beam.DoFn):
         yield [tokenize_document(doc, self._tokenizer) for doc in batch]
 
 
-class ApplyStage(beam.DoFn):
-    """A one-for-one core stage of (record, settings) -> record or Drop, on a
-    batch of records: a corpus's metadata filter (before fetch) or its layout
-    (after fetch). Emits the records kept as one batch, and the drops."""
+def input_files(pipeline: beam.Pipeline, inputs: Sequence[str]) -> beam.PCollection:
+    """Readable input files: Beam's FileSystems (local, gs://, s3://) match and
+    open theirs; fsspec (hf://) inputs are listed here and opened by workers."""
+    beam_inputs = [i for i in inputs if not storage.uses_fsspec(i)]
+    fsspec_files = [
+        storage.FsspecFile(p) for i in inputs if storage.uses_fsspec(i) for p in storage.match(i)
+    ]
+    if not fsspec_files:
+        return (
+            pipeline
+            | "Inputs" >> beam.Create(beam_inputs)
+            | "Match" >> fileio.MatchAll()
+            | "Files" >> fileio.ReadMatches(compression=CompressionTypes.UNCOMPRESSED)
+        )
+    files = [pipeline | "FsspecFiles" >> beam.Create(fsspec_files)]
+    if beam_inputs:
+        files.append(
+            pipeline
+            | "Inputs" >> beam.Create(beam_inputs)
+            | "Match" >> fileio.MatchAll()
+            | "Files" >> fileio.ReadMatches(compression=CompressionTypes.UNCOMPRESSED)
+        )
+    return files[0] if len(files) == 1 else tuple(files) | "AllFiles" >> beam.Flatten()
 
-    def __init__(self, stage, settings: BuildSettings, name: str):
-        self._stage = stage
-        self._settings = settings
-        self._name = name
 
-    def process(self, batch: list[Document]) -> Iterator:
-        yield from _route_batch((self._stage(doc, self._settings) for doc in batch), self._name)
+# --- the wrappers of the stage list (corpora.stages) -----------------------------
+
+
+def read_step(stage, batches, build):
+    """``read``: the input files → batches of records; the input count is
+    ``build.outputs["input"]``."""
+    read = input_files(build.pipeline, build.settings.inputs) | "Read" >> beam.ParDo(
+        ReadSource(build.spec, build.settings, build.progress)
+    ).with_outputs(DROPPED, INPUT, main="docs")
+    build.dropped(stage.name, read[DROPPED])
+    build.outputs["input"] = read[INPUT]
+    return read.docs
+
+
+def spread_step(stage, batches, build):
+    """``spread``: the batches over every worker; a build stashes them and
+    moves references (:class:`Spread`); ``corpora fetch`` moves the records,
+    which nothing reads after the fetch."""
+    if build.purpose == "fetch":
+        return batches | "Spread" >> beam.Reshuffle()
+    return batches | "Spread" >> Spread(build.settings.output)
+
+
+def fetch_step(stage, batches, build):
+    """``fetch``: every record's images fetched (through the image store); the
+    store's split markers once the splits are complete. Image outcomes,
+    failures and arrivals are ``build.outputs["images"|"failures"|"arrived"]``."""
+    settings = build.settings
+    fetched = batches | "Fetch" >> beam.ParDo(
+        FetchImages(build.spec, settings.fetch, settings.store, build.progress)
+    ).with_outputs(DROPPED, IMAGES, FAILURES, ARRIVED, SPLITS, main="docs")
+    _ = fetched[SPLITS] | "StoreMarkers" >> MarkComplete(settings.store)
+    build.dropped(stage.name, fetched[DROPPED])
+    build.outputs.update(
+        images=fetched[IMAGES], failures=fetched[FAILURES], arrived=fetched[ARRIVED]
+    )
+    return fetched.docs

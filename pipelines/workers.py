@@ -42,9 +42,10 @@ import sys
 import tempfile
 import threading
 import traceback
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-from pipelines.runners import RunnerSettings
+if TYPE_CHECKING:
+    from pipelines.runners import RunnerSettings
 
 SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_worker_shim.py")
 BEAM_WORKER = "-m apache_beam.runners.worker.sdk_worker_main"  # the end of Beam's command
@@ -57,6 +58,7 @@ def wanted(runner: RunnerSettings) -> bool:
     build on more than one worker process, on Linux, unless
     ``CORPORA_WORKERS=spawn`` or the Beam options choose the running mode.
 
+    >>> from pipelines.runners import RunnerSettings
     >>> portable = RunnerSettings("PortableRunner", 4, job_endpoint="localhost:8099")
     >>> wanted(RunnerSettings(workers=1)), wanted(portable)
     (False, False)

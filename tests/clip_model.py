@@ -15,8 +15,8 @@ import pathlib
 import numpy as np
 import pytest
 
+from corpora.config.bundled_sample import PACKAGE_DATA
 from corpora.record import Document, ImageChunk, TextChunk
-from corpora.settings import PACKAGE_DATA
 
 TINY_NAME = "corpora-tiny-clip"
 TINY_CONFIG = {

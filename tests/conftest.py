@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from corpora.tokenizer_train import train_sentencepiece
+from corpora.tokens.training import train_sentencepiece
 from tests.servers import ImageServer
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")

@@ -27,7 +27,8 @@ import zipfile
 
 from hypothesis import strategies as st
 
-from corpora.sources import coyo, wit
+from corpora.sources import coyo
+from corpora.sources.wit import reader as wit
 
 BOM = codecs.BOM_UTF8
 

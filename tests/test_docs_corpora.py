@@ -4,7 +4,7 @@ every corpus flag and every drop reason the new readers can give."""
 import os
 import re
 
-from corpora import catalog
+from corpora.config import catalog
 from tests.helpers import REPO, run_cli
 
 DOC = open(os.path.join(REPO, "docs", "corpora.md"), encoding="utf-8").read()
@@ -25,10 +25,10 @@ def test_every_drop_reason_in_the_new_modules_is_documented():
     sources = [
         "corpora/sources/coyo.py",
         "corpora/sources/c4.py",
-        "corpora/sources/wit.py",
-        "corpora/filters.py",
-        "corpora/layouts.py",
-        "corpora/sources/mmc4.py",
+        "corpora/sources/wit/reader.py",
+        "corpora/sources/filters.py",
+        "corpora/sources/mmc4/layouts.py",
+        "corpora/sources/mmc4/reader.py",
     ]
     reasons = set()
     for path in sources:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from corpora.flags import PROGRESS_EVERY
+from corpora.config.flags import PROGRESS_EVERY
 from tests.helpers import REPO
 
 DOC = open(os.path.join(REPO, "docs", "fetch.md"), encoding="utf-8").read()

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from corpora.bundled_sample import sample_contents
-from corpora.extras import CPU_TORCH_INDEX
+from corpora.config.bundled_sample import sample_contents
+from corpora.config.extras import CPU_TORCH_INDEX
 from tests.helpers import REPO
 
 README = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()

@@ -218,12 +218,10 @@ def suggest_lengths(prefix_tokens: int, target_tokens: int, seq_len: int) -> tup
     return encoder, seq_len - encoder
 
 
-def describe_streams(
-    loader, count: int = STREAM_BATCHES, encoder_len: int | None = None, decoder_len=None
-) -> str:
+def describe_streams(loader, count: int = STREAM_BATCHES) -> str:
     """PrefixLM's two streams over ``count`` batches of ``loader``'s first worker: how much
-    of each is real one sample a row, then packed to ``encoder_len`` and ``decoder_len``
-    (default: :func:`suggest_lengths` of the unpacked batches)."""
+    of each is real one sample a row, then packed to the loader's ``encoder_len`` and
+    ``decoder_len`` (unset: to :func:`suggest_lengths` of the unpacked batches)."""
     import dataclasses
 
     from trainer.loader import Loader
@@ -242,6 +240,7 @@ def describe_streams(
         f"PrefixLM streams over {count} batches:",
         f"  one sample a row ({seq_len} + {seq_len}): {line(unpacked)}",
     ]
+    encoder_len, decoder_len = loader.config.encoder_len, loader.config.decoder_len
     how = "packed to"
     if encoder_len is None:
         encoder_len, decoder_len = suggest_lengths(

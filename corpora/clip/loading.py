@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from corpora.clip.settings import ClipModelError, ClipSettings, is_checkpoint_path, one_line
-from corpora.extras import missing_extra
+from corpora.config.extras import missing_extra
 
 
 def require_clip() -> None:

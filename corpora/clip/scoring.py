@@ -179,17 +179,16 @@ def document_similarities(docs: Sequence[Document], model: ClipModel) -> list[Do
 def assign_by_clip(doc: Document, similarity: DocumentSimilarity, model_id: str) -> Document | Drop:
     """Re-place ``doc``'s images by its computed similarity matrix.
 
-    Images are assigned to sentences by :func:`corpora.assign.assign_images`
+    Images are assigned to sentences by :func:`corpora.sources.mmc4.assign.assign_images`
     (the ``--reassign`` matching) on the rows of the images that decode, and
     each is placed immediately before its sentence
-    (:func:`corpora.layouts.place_images`). Each image gets its matched cell
+    (:func:`place_images`). Each image gets its matched cell
     as ``scores["clip_sim"]`` and the sentence's position among the document's
     sentences as ``meta["clip_text_index"]``; an image that does not decode is
     removed and counted in ``meta["images_removed"]``. A document without
     images passes unchanged, for the layout to judge.
     """
-    from corpora.assign import assign_images
-    from corpora.layouts import place_images
+    from corpora.sources.mmc4.assign import assign_images
 
     images = doc.images
     if not images:
@@ -252,3 +251,41 @@ def _count_removed(doc: Document, reason: str, count: int) -> Document:
     removed = dict(doc.meta.get("images_removed") or {})
     removed[reason] = removed.get(reason, 0) + count
     return doc.with_meta(images_removed=removed)
+
+
+def place_images(doc: Document, matched: Sequence[int | None]) -> Document:
+    """``doc`` with each image moved before a newly matched sentence.
+
+    ``matched[i]`` is the new sentence of ``doc.images[i]``, as an index into
+    the document's text chunks (``doc.texts``); ``None`` removes the image.
+    Sentences keep their order; the images before one sentence keep their
+    order in ``image_info`` (``meta["image_index"]``), as in MMC4's layout
+    (:func:`corpora.sources.mmc4.layouts.mmc4_document`). The CLIP stage uses
+    this to re-place images after assigning them from its own similarity matrix.
+
+    >>> doc = Document("d", "mmc4", (ImageChunk("u0", meta={"image_index": 0}), TextChunk("a."),
+    ...     TextChunk("b."), ImageChunk("u1", meta={"image_index": 1}), TextChunk("c.")))
+    >>> [c.text if c.kind == "text" else c.url for c in place_images(doc, [2, 0]).chunks]
+    ['u1', 'a.', 'b.', 'u0', 'c.']
+    >>> [c.text if c.kind == "text" else c.url for c in place_images(doc, [None, 1]).chunks]
+    ['a.', 'u1', 'b.', 'c.']
+    """
+    images, texts = doc.images, doc.texts
+    if len(matched) != len(images):
+        raise ValueError(f"{len(matched)} matched indices for {len(images)} images")
+    before: dict[int, list[tuple[int, ImageChunk]]] = {}
+    for position, (image, sentence) in enumerate(zip(images, matched)):
+        if sentence is None:
+            continue
+        if not 0 <= sentence < len(texts):
+            raise ValueError(
+                f"image {position} matched to sentence {sentence}, {len(texts)} sentences"
+            )
+        before.setdefault(sentence, []).append((image.meta.get("image_index", position), image))
+    chunks: list[ImageChunk | TextChunk] = []
+    for sentence, text in enumerate(texts):
+        chunks.extend(
+            image for _, image in sorted(before.get(sentence, ()), key=lambda entry: entry[0])
+        )
+        chunks.append(text)
+    return doc.replace(chunks=tuple(chunks))

@@ -15,7 +15,7 @@ def clip_summary(
     resolution: float,
 ) -> dict[str, Any]:
     """The manifest's ``clip`` entry: which model scored the build, and how scores fell."""
-    from corpora.selection import quantiles
+    from corpora.stages.selection import quantiles
 
     return {
         "model": settings.model_id,

@@ -14,7 +14,7 @@ import itertools
 from typing import BinaryIO, Iterable, Mapping
 
 from corpora.fetch.robots import ROBOTS_TOKEN
-from corpora.funnel import current_reason
+from corpora.stats.funnel import current_reason
 
 FAILURES = "failures.parquet"
 HONOURED, IGNORED = "honoured", "ignored (--ignore-opt-out)"

@@ -5,7 +5,7 @@ address 169.254.169.254 among them), multicast or reserved address is refused
 unless ``allow_private_urls`` is set, or the address is inside one of
 ``allow_networks``; an IPv6 address that wraps an IPv4 one (NAT64, 6to4,
 Teredo, IPv4-compatible or mapped) is judged by the IPv4 address inside. The
-decision is :func:`corpora.addresses.refusal`'s, whose tables do not change
+decision is :func:`corpora.fetch.addresses.refusal`'s, whose tables do not change
 with the Python version. The guard judges addresses, not names: the
 connection then goes to the address that was judged
 (:mod:`corpora.fetch.connections`), so a DNS answer that changes between the
@@ -14,7 +14,7 @@ check and the connect cannot slip past it.
 
 from __future__ import annotations
 
-from corpora import addresses
+from corpora.fetch import addresses
 from corpora.fetch.settings import FetchSettings
 
 

@@ -10,7 +10,7 @@ imports torch and wandb into every worker.
 
 A large plain JPEG (a quarter of a megapixel or more) is decoded at 1/2,
 1/4 or 1/8 of its size where that leaves the resize at least twice the
-pixels it needs (:mod:`corpora.jpeg_draft`): about half the CPU of a web
+pixels it needs (:mod:`corpora.fetch.jpeg_draft`): about half the CPU of a web
 photo, and an output
 visually equal to the full decode's (PSNR at least 35 dB, tested), not
 byte-equal.
@@ -21,14 +21,14 @@ from __future__ import annotations
 import threading
 import warnings
 
-from corpora.fetch.settings import FetchSettings, ImageOutcome
-from corpora.jpeg_draft import (
+from corpora.fetch.jpeg_draft import (
     LONGER_SIDE_MODES,
     SHORTER_SIDE_MODES,
     reduced_read_flag,
     reduced_scale,
     resized_size,
 )
+from corpora.fetch.settings import FetchSettings, ImageOutcome
 from corpora.record import open_image
 
 _RESIZES: dict[FetchSettings, "Resize"] = {}

@@ -5,7 +5,7 @@
 Each worker process prints its own line (a DirectRunner build runs one fetch
 stage per worker), so the rates add up across lines; a local ``corpora
 build`` prints none of these, but one line of its own
-(:mod:`corpora.build_progress`).
+(:mod:`corpora.stats.progress`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Callable, TextIO
 
-from corpora.stats_table import format_count
+from corpora.stats.table import format_count
 
 
 class FetchProgress:

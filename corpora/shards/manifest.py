@@ -6,12 +6,12 @@ import datetime
 from typing import Any, Iterable
 
 from corpora import FORMAT, __version__
-from corpora.catalog import get as get_corpus
+from corpora.config.catalog import get as get_corpus
+from corpora.config.settings import BuildSettings
 from corpora.fetch.accounting import consent_summary, image_summary
-from corpora.funnel import make_funnel
-from corpora.settings import BuildSettings
 from corpora.shards.writing import shard_pattern
-from corpora.tokenizer import TokenizerInfo
+from corpora.stats.funnel import make_funnel
+from corpora.tokens.tokenizer import TokenizerInfo
 
 MANIFEST = "manifest.json"
 

@@ -18,8 +18,8 @@ import json
 from typing import Any, Mapping
 
 from corpora import FORMAT
-from corpora.settings import BuildSettings
-from corpora.tokenizer import TokenizerInfo
+from corpora.config.settings import BuildSettings
+from corpora.tokens.tokenizer import TokenizerInfo
 
 STATE_DIR = ".corpora"
 BUILD_STATE = f"{STATE_DIR}/build.json"

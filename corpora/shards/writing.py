@@ -31,7 +31,7 @@ from typing import Any, BinaryIO, Iterable
 
 import numpy as np
 
-from corpora.pack import PackedSequence
+from corpora.tokens.pack import PackedSequence
 
 ARRAYS = ("input_ids", "segment_ids", "positions")
 

@@ -11,12 +11,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, BinaryIO, Iterator
 
-from corpora.inputs import MAX_LINE_BYTES, LongLine, basename, iter_lines, json_object, type_name
+from corpora.config.spec import CorpusSpec
 from corpora.record import Document, Drop, TextChunk, stable_id
-from corpora.spec import CorpusSpec
+from corpora.sources.inputs import (
+    MAX_LINE_BYTES,
+    LongLine,
+    basename,
+    iter_lines,
+    json_object,
+    type_name,
+)
 
 if TYPE_CHECKING:
-    from corpora.settings import BuildSettings
+    from corpora.config.settings import BuildSettings
 
 FILE_PATTERN = "c4-*.json.gz"
 
@@ -84,7 +91,7 @@ def read_records(stream: BinaryIO, path: str, settings: BuildSettings) -> Iterat
 
 def bundled_sample(directory: str) -> str:
     """The C4 sample bundled with the package: 300 documents written for it."""
-    from corpora.bundled_sample import c4_sample
+    from corpora.config.bundled_sample import c4_sample
 
     return c4_sample(directory)
 

@@ -6,7 +6,7 @@ are read one row group batch at a time, never whole: a part is about 5 GB.
 
 One row is one ``[image, alt-text]`` record whose id is COYO's ``id``. The
 precomputed columns (CLIP similarities, NSFW scores, size) are kept in the
-record's meta so that the metadata filters (:func:`corpora.filters.coyo_filter`)
+record's meta so that the metadata filters (:func:`corpora.sources.filters.coyo_filter`)
 decide before any download.
 """
 
@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from corpora import filters
-from corpora.inputs import MAX_LINE_BYTES, InputError, _seekable, basename, type_name
+from corpora.config.spec import CLIP_PAIRS, CorpusSpec, Option, in_range, zero_is_off
 from corpora.record import Document, Drop, ImageChunk, TextChunk
-from corpora.spec import CLIP_PAIRS, CorpusSpec, Option, in_range, zero_is_off
+from corpora.sources import filters
+from corpora.sources.inputs import MAX_LINE_BYTES, InputError, basename, seekable, type_name
 
 if TYPE_CHECKING:
-    from corpora.settings import BuildSettings
+    from corpora.config.settings import BuildSettings
 
 FILE_PATTERN = "*.parquet"
 
@@ -71,7 +71,7 @@ def _open(stream: BinaryIO, path: str, read_dictionary: Iterable[str] = ()):
     import pyarrow.parquet as pq
 
     try:
-        return pq.ParquetFile(_seekable(stream), read_dictionary=list(read_dictionary) or None)
+        return pq.ParquetFile(seekable(stream), read_dictionary=list(read_dictionary) or None)
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
         raise InputError(f"{path}: not a parquet file ({str(exc).splitlines()[0]})") from None
 
@@ -260,7 +260,7 @@ def read(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    source = _seekable(stream)  # read twice: the schema, then the rows
+    source = seekable(stream)  # read twice: the schema, then the rows
     parquet = _open(source, path)
     names = parquet.schema_arrow.names
     check_schema(parquet.schema_arrow, path, required)

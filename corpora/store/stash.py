@@ -15,7 +15,7 @@ build that carried the bytes.
 
     >>> import hashlib, io, tempfile
     >>> from PIL import Image
-    >>> from corpora.pack import Piece
+    >>> from corpora.tokens.pack import Piece
     >>> from corpora.record import ImageChunk
     >>> from corpora.store.files import Files
     >>> buffer = io.BytesIO()
@@ -70,7 +70,7 @@ def stash_chunk(chunk: ImageChunk, writer: StoreWriter) -> ImageChunk:
 
 
 def stash_images(doc, writer: StoreWriter):
-    """A :class:`~corpora.tokenizer.TokenizedDocument` whose images are references."""
+    """A :class:`~corpora.tokens.tokenizer.TokenizedDocument` whose images are references."""
     return dataclasses.replace(doc, images=tuple(stash_chunk(c, writer) for c in doc.images))
 
 
@@ -84,7 +84,7 @@ def unstash_chunk(chunk: ImageChunk, reader: ImageReader) -> ImageChunk:
 
 
 def unstash_piece(piece, reader: ImageReader):
-    """A :class:`~corpora.pack.Piece` with its images' bytes read back."""
+    """A :class:`~corpora.tokens.pack.Piece` with its images' bytes read back."""
     return dataclasses.replace(piece, images=tuple(unstash_chunk(c, reader) for c in piece.images))
 
 

@@ -117,7 +117,7 @@ def clip_flags(tiny) -> tuple[str, ...]:
 # renamed reason (below_min_sim → clip_similarity_below_min, docs/shard-format.md), and a
 # document's packing key digests its metadata, so mmc4-reassign's --pack-groups 2 also
 # groups and orders its documents differently. Re-recorded on efe92c0 with only that
-# reason renamed in corpora/filters.py, which writes exactly these bytes.
+# reason renamed in corpora/sources/filters.py, which writes exactly these bytes.
 #
 # Issue 24 re-recorded the shards of the builds that split documents, and every
 # stats.json (which gained packing.images_with_text_fraction, pieces_ending_in_image

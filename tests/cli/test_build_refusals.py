@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from corpora.bundled_sample import SAMPLE_IMAGES, materialize_sample
+from corpora.config.bundled_sample import SAMPLE_IMAGES, materialize_sample
 from tests import fixtures
 from tests.helpers import load_manifest, run_cli, write_jsonl
 

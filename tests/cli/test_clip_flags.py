@@ -10,9 +10,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from corpora import catalog, fetch
-from corpora import settings as build_settings
-from corpora.bundled_sample import SAMPLE_IMAGES, materialize_sample
+from corpora import fetch
+from corpora.config import catalog
+from corpora.config import settings as build_settings
+from corpora.config.bundled_sample import SAMPLE_IMAGES, materialize_sample
 from tests.clip_model import TINY_NAME, direct_scores, tiny_clip  # noqa: F401
 from tests.helpers import load_manifest, read_tar, run_cli
 
@@ -183,7 +184,7 @@ def test_mmc4_build_places_images_before_the_sentences_clip_chose(
     import hashlib
     import json
 
-    from corpora.assign import assign_images
+    from corpora.sources.mmc4.assign import assign_images
     from tests import fixtures
     from tests.cli.test_build_corpora import build, document_tokens, expected_ids, samples
 

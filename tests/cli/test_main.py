@@ -7,8 +7,8 @@ import click
 import pytest
 
 from cli.main import build, cli
-from corpora import catalog, flags
-from corpora.settings import DEFAULTS
+from corpora.config import catalog, flags
+from corpora.config.settings import DEFAULTS
 from pipelines.runners import RUNNER_FLAGS, runner_settings_from_flags
 from tests.helpers import run_cli
 

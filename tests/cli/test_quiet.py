@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from corpora.bundled_sample import SAMPLE_IMAGES, materialize_sample
+from corpora.config.bundled_sample import SAMPLE_IMAGES, materialize_sample
 from tests.helpers import load_manifest, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]

@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pytest
 
-from corpora.settings import SAMPLE_TOKENIZER
+from corpora.config.bundled_sample import SAMPLE_TOKENIZER
 from tests.browser import Browser
 from tests.corpora.shards.built import write_build
 from tests.corpora.shards.test_reading import cut_at_a_member_boundary

@@ -68,8 +68,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
 def test_a_trained_bpe_model_builds_a_corpus(tmp_path):
     """Llama-2's tokenizer.model is a BPE SentencePiece model with byte fallback:
     a model trained the same way here goes through a build end to end."""
-    from corpora.bundled_sample import SAMPLE_IMAGES, materialize_sample
-    from corpora.tokenizer import file_sha256
+    from corpora.config.bundled_sample import SAMPLE_IMAGES, materialize_sample
+    from corpora.tokens.tokenizer import file_sha256
     from tests.helpers import load_manifest
 
     sample = materialize_sample(str(tmp_path / "input"))

@@ -93,7 +93,7 @@ def test_prefixlm_padding_is_measured_unpacked_and_packed_to_the_suggested_lengt
         "--mix-samples", "0", "--encoder-len", "352",
     )  # fmt: skip
     assert given.returncode == 2
-    assert "--encoder-len and --decoder-len: give both or neither" in given.stderr
+    assert "encoder_len and decoder_len: give both (packed PrefixLM) or neither" in given.stderr
 
 
 def test_vila_blend_by_images_shows_where_the_labels_fall(builds):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import apache_beam as beam
 from apache_beam.pipeline import PipelineVisitor
 
-from corpora.settings import corpus_settings
-from corpora.tokenizer import Tokenizer
+from corpora.config.settings import corpus_settings
+from corpora.tokens.tokenizer import Tokenizer
 from pipelines.build import build_pipeline
 
 IMAGE_STAGES = {"Fetch"}

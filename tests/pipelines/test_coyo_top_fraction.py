@@ -5,8 +5,8 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
-from corpora.filters import coyo_clip_sum
 from corpora.record import Document
+from corpora.sources.filters import coyo_clip_sum
 from pipelines.selection import TopFraction
 from tests.pipelines.direct import direct_pipeline
 

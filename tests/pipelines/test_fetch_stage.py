@@ -9,9 +9,9 @@ import dataclasses
 import pyarrow.parquet as pq
 import pytest
 
-from corpora import settings as build_settings
+from corpora.config import settings as build_settings
 from corpora.fetch.accounting import FAILURES
-from pipelines.build import run_build
+from pipelines.launch import run_build
 from tests.helpers import load_manifest, read_tar, run_cli, write_jsonl
 from tests.servers import ImageServer, image_bytes
 
@@ -201,7 +201,7 @@ def test_every_fault_in_a_beam_build_balances(server, tokenizer_path, tmp_path):
     import json
 
     from corpora.fetch import REASONS
-    from corpora.stats import STATS
+    from corpora.stats.figures import STATS
     from tests.corpora.fetch.test_scheduler import FAULTS
     from tests.servers import self_signed_cert
 

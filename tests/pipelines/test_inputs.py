@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from corpora.inputs import InputError
-from corpora.settings import corpus_settings
+from corpora.config.settings import corpus_settings
+from corpora.sources.inputs import InputError
 from pipelines.inputs import input_bytes, resolve_inputs
 from tests import fixtures
 

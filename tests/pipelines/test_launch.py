@@ -11,9 +11,9 @@ import apache_beam as beam
 import pytest
 from apache_beam.metrics import Metrics
 
-from corpora.build_progress import Tally
-from corpora.lock import LOCK_NAME, Holder
+from corpora.lock.output import LOCK_NAME, Holder
 from corpora.reader import verify_build
+from corpora.stats.progress import Tally
 from pipelines.launch import BuildOutcome, BuildProgress, counters_of
 from pipelines.transforms import NAMESPACE
 from tests.beam_services import python_env

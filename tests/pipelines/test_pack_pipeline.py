@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from corpora import reader
-from corpora import settings as build_settings
-from corpora.bundled_sample import SAMPLE_IMAGES, materialize_sample
-from pipelines.build import run_build
+from corpora.config import settings as build_settings
+from corpora.config.bundled_sample import SAMPLE_IMAGES, materialize_sample
+from pipelines.launch import run_build
 from tests.helpers import load_manifest, read_tar, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]

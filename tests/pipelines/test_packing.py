@@ -7,15 +7,16 @@ import numpy as np
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
-from corpora import pack, reader
-from corpora.pack_groups import group_of
-from corpora.settings import BuildSettings
+from corpora import reader
+from corpora.config.settings import BuildSettings
 from corpora.store.stash import DOCUMENTS
-from corpora.tokenizer import TokenizedDocument
+from corpora.tokens import pack
+from corpora.tokens.pack_groups import group_of
+from corpora.tokens.tokenizer import TokenizedDocument
 from pipelines import packing
 from pipelines.packing import PackSequences, StashDocuments
 from pipelines.store import StashReader, stash_files
-from tests.corpora.test_pack import make_doc
+from tests.corpora.tokens.test_pack import make_doc
 from tests.pipelines.direct import direct_pipeline
 
 pytestmark = pytest.mark.slow

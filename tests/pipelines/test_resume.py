@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from corpora.settings import corpus_settings
+from corpora.config.settings import corpus_settings
 from corpora.shards import resume as core_resume
-from corpora.tokenizer import Tokenizer
+from corpora.tokens.tokenizer import Tokenizer
 from pipelines import resume
 from tests.beam_services import python_env
 from tests.generated import mmc4_documents, write_mmc4

@@ -20,8 +20,8 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from corpora.bundled_sample import materialize_sample
-from corpora.settings import corpus_settings
+from corpora.config.bundled_sample import materialize_sample
+from corpora.config.settings import corpus_settings
 from pipelines.launch import execute
 from pipelines.runners import (
     PYPROJECT,
@@ -393,7 +393,7 @@ def test_dataflow_job_is_built_offline_with_the_package_staged(tmp_path):
     with tarfile.open(staged["workflow.tar.gz"]) as sdist:
         names = sdist.getnames()
     assert any(n.endswith("pipelines/runners.py") for n in names)
-    assert any(n.endswith("corpora/pack.py") for n in names)
+    assert any(n.endswith("corpora/tokens/pack.py") for n in names)
 
 
 @pytest.mark.slow

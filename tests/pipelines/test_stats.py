@@ -4,10 +4,11 @@ import apache_beam as beam
 import numpy as np
 import pytest
 
-from corpora import pack, stats
 from corpora.record import ImageChunk
-from corpora.stats import STATS
-from corpora.tokenizer import Span, TokenizedDocument, TokenizerInfo
+from corpora.stats import figures as stats
+from corpora.stats.figures import STATS
+from corpora.tokens import pack
+from corpora.tokens.tokenizer import Span, TokenizedDocument, TokenizerInfo
 from pipelines.stats import WriteStats, token_ids
 from tests.pipelines.direct import direct_pipeline
 

@@ -11,8 +11,8 @@ import boto3
 import fsspec
 import pytest
 
-from corpora.lock import Holder
-from corpora.settings import corpus_settings
+from corpora.config.settings import corpus_settings
+from corpora.lock.output import Holder
 from pipelines import storage
 from pipelines.launch import execute
 from pipelines.runners import RunnerSettings

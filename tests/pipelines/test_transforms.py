@@ -8,9 +8,9 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.testing.util import assert_that, equal_to
 
-from corpora import catalog
-from corpora.settings import corpus_settings, smoke
-from corpora.tokenizer import Tokenizer
+from corpora.config import catalog
+from corpora.config.settings import corpus_settings, smoke
+from corpora.tokens.tokenizer import Tokenizer
 from pipelines import transforms as t
 from tests.helpers import write_jsonl
 from tests.pipelines.direct import direct_pipeline

@@ -20,7 +20,7 @@ import concurrent.futures
 import dataclasses
 import os
 
-from corpora.settings import SAMPLE_TOKENIZER
+from corpora.config.bundled_sample import SAMPLE_TOKENIZER
 from tests import fixtures, generated
 from tests.helpers import run_cli
 

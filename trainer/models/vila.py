@@ -31,7 +31,7 @@ import os
 import torch
 from torch import nn
 
-from corpora.extras import missing_extra
+from corpora.config.extras import missing_extra
 from trainer.config import ConfigError, VilaConfig
 from trainer.models.attention import (
     document_block_mask,
@@ -214,6 +214,7 @@ def lm_attention_mask(segment_ids: torch.Tensor, implementation: str, dtype: tor
 
 class Vila(nn.Module):
     objective = "vila"
+    dense_attention = "sdpa"
     fsdp_preferred = True  # an LM of billions of parameters: shard it across CUDA ranks
 
     def __init__(

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from corpora import clip
+from corpora.clip import scoring
 from corpora.record import Document, Drop, ImageChunk, TextChunk
 from tests.clip_model import (  # noqa: F401  (tiny_clip is a fixture)
     CAPTIONS,
@@ -94,7 +95,7 @@ def test_document_similarity_is_the_image_by_sentence_matrix(model, tiny_clip): 
 
 
 def test_documents_are_assigned_by_their_matrix_and_images_re_placed(model, tiny_clip):  # noqa: F811
-    from corpora.assign import assign_images
+    from corpora.sources.mmc4.assign import assign_images
 
     images = [jpeg(path) for path in SAMPLE_IMAGES[:4]]
     sentences = CAPTIONS[:3]
@@ -159,3 +160,38 @@ def test_docstring_arrays_for_scores_and_matrix():
         ),
         [[0.6, 1.0, 0.0], [0.8, 0.0, 1.0]],
     )
+
+
+def _order(doc: Document) -> list[str]:
+    return [c.text if c.kind == "text" else c.url for c in doc.chunks]
+
+
+def test_place_images_moves_each_image_before_its_new_sentence():
+    image = lambda i: ImageChunk(f"u{i}", meta={"image_index": i})  # noqa: E731
+    doc = Document(
+        "d",
+        "mmc4",
+        (
+            TextChunk("a."),
+            image(0),
+            TextChunk("b."),
+            image(2),
+            TextChunk("c."),
+            image(1),
+            TextChunk("d."),
+        ),
+        meta={"sentences": 4},
+    )
+    # doc.images is [u0, u2, u1]: u0 → d., u2 → a., u1 → a.
+    # (two images before one sentence keep image_info order)
+    placed = scoring.place_images(doc, [3, 0, 0])
+    assert _order(placed) == ["u1", "u2", "a.", "b.", "c.", "u0", "d."]
+    assert placed.meta == doc.meta and placed.id == "d"
+    assert _order(scoring.place_images(doc, [None, 2, None])) == ["a.", "b.", "u2", "c.", "d."]
+    assert _order(scoring.place_images(doc, [None, None, None])) == ["a.", "b.", "c.", "d."]
+    for bad in ([0, 1], [0, 1, 4]):
+        try:
+            scoring.place_images(doc, bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad} was accepted")

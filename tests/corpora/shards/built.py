@@ -7,11 +7,12 @@ import os
 
 import numpy as np
 
-from corpora import pack, shards
+from corpora import shards
+from corpora.config.settings import BuildSettings
 from corpora.record import ImageChunk
-from corpora.settings import BuildSettings
 from corpora.shards.manifest import MANIFEST, build_manifest
-from corpora.tokenizer import Span, TokenizedDocument, TokenizerInfo
+from corpora.tokens import pack
+from corpora.tokens.tokenizer import Span, TokenizedDocument, TokenizerInfo
 from tests.servers import image_bytes
 
 SEQ_LEN, PER_IMAGE, IMAGE, PAD = 32, 4, 500, 0

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from corpora.funnel import FunnelError
-from corpora.settings import BuildSettings
+from corpora.config.settings import BuildSettings
 from corpora.shards.manifest import build_manifest
-from corpora.tokenizer import TokenizerInfo
+from corpora.stats.funnel import FunnelError
+from corpora.tokens.tokenizer import TokenizerInfo
 
 TOKENIZER = TokenizerInfo("t.model", "0" * 64, 500, 1, 2, 0, 499, 4)
 SETTINGS = BuildSettings("mmc4-pairs", ("in.jsonl",), "out", seq_len=32, tokens_per_image=4)

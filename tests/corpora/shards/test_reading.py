@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from corpora import reader
-from corpora.settings import SAMPLE_TOKENIZER
+from corpora.config.bundled_sample import SAMPLE_TOKENIZER
 from tests.corpora.shards.built import IMAGE, PER_IMAGE, SEQ_LEN, write_build
 from tests.helpers import read_tar
 

@@ -15,7 +15,8 @@ import tempfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from corpora import reader, stats
+from corpora import reader
+from corpora.stats import figures as stats
 from tests.corpora.shards.built import write_build
 from tests.fuzz_inputs import json_values
 

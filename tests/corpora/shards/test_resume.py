@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from corpora.settings import corpus_settings
+from corpora.config.settings import corpus_settings
 from corpora.shards import resume
-from corpora.tokenizer import Tokenizer
+from corpora.tokens.tokenizer import Tokenizer
 
 
 def test_fingerprint_holds_what_shapes_the_bytes_but_not_where_they_go(tokenizer_path):

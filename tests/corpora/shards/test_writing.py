@@ -13,8 +13,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from corpora import pack, reader, shards
+from corpora import reader, shards
 from corpora.shards import writing
+from corpora.tokens import pack
 from tests.corpora.shards.built import image_doc
 
 

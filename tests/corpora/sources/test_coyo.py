@@ -4,9 +4,9 @@ import math
 import pyarrow.parquet as pq
 import pytest
 
-from corpora.inputs import InputError
 from corpora.record import Document, Drop
 from corpora.sources import coyo
+from corpora.sources.inputs import InputError
 from tests import fixtures
 
 

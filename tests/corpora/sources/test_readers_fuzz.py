@@ -22,9 +22,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from corpora.inputs import InputError, iter_lines
 from corpora.record import Document, Drop, ImageChunk, TextChunk
-from corpora.sources import c4, coyo, mmc4, wit
+from corpora.sources import c4, coyo
+from corpora.sources.inputs import InputError, iter_lines
+from corpora.sources.mmc4 import reader as mmc4
+from corpora.sources.wit import reader as wit
 from tests import fuzz_inputs as fuzz
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

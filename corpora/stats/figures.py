@@ -1,0 +1,510 @@
+"""Corpus statistics, computed exactly from packed sequences.
+
+The same code computes them during a build (from the sequences before they
+are written, combined by Beam) and afterwards from finished shards
+(``corpora stats``), so the two agree exactly. ``docs/statistics.md`` defines
+every figure; in short, inside a sequence every token is one of:
+
+- padding: ``segment_ids == 0``;
+- image slot: ``input_ids == image_token_id`` in a segment;
+- special: BOS or EOS in a segment (not text: VILA counts the text's tokens);
+- text: every other token in a segment.
+
+A document split across sequences (``pieces > 1`` in the sample's ``json``)
+is put back together by its ``id`` before it is counted. Every value that
+enters a distribution is an integer (scores are quantised to 1e-4), so sums,
+medians and histograms do not depend on the order Beam combines them in.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import tarfile
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from corpora import reader
+from corpora.fetch.settings import is_fetch_reason
+from corpora.stats.distributions import distribution
+
+STATS = "stats.json"
+STATS_VERSION = 1
+SCORE_SCALE = 10_000  # scores are counted in units of 1e-4
+
+# VILA: On Pre-training for Visual Language Models (Lin et al., CVPR 2024),
+# Table 2, counted with the Llama-2 tokenizer.
+VILA_TABLE2 = {
+    "coyo": {"text_tokens_per_image": 22.7},
+    "mmc4": {"text_tokens_per_image": 122.5, "images_per_document": 4.0},
+}
+VILA_SOURCE = "VILA (Lin et al., CVPR 2024), Table 2; Llama-2 tokenizer"
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenIds:
+    """What classifies a sequence's tokens (from the manifest or the tokenizer)."""
+
+    image_token_id: int
+    bos_id: int
+    eos_id: int
+    tokens_per_image: int
+
+    @classmethod
+    def from_manifest(cls, manifest: Mapping[str, Any]) -> "TokenIds":
+        return cls(
+            int(manifest["image_token_id"]),
+            int(manifest["bos_id"]),
+            int(manifest["eos_id"]),
+            int(manifest["tokens_per_image"]),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentValues:
+    """One segment of a sequence: a document, or one piece of a split one."""
+
+    id: str
+    piece: int
+    pieces: int
+    text_tokens: int
+    image_tokens: int
+    special_tokens: int
+    images: int
+    scores: tuple[tuple[str, int], ...]  # (name, value in units of 1e-4), one per image score
+    image_failures: tuple[str, ...]  # reasons, on the first piece only
+    images_with_text: int = 0  # images whose next text chunk is in this piece
+    ends_in_image: bool = False  # the piece's last token is an image slot
+    dropped_pieces: int = 0  # pieces of the document dropped as too short (first piece only)
+    dropped_tokens: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceValues:
+    """What one packed sequence contributes to the statistics."""
+
+    tokens: int
+    padding_tokens: int
+    pieces: tuple[SegmentValues, ...]
+
+
+def quantise(score: float) -> int:
+    """A score in units of 1e-4: ``quantise(0.3127) == 3127``."""
+    return int(round(float(score) * SCORE_SCALE))
+
+
+def sequence_values(
+    input_ids: np.ndarray,
+    segment_ids: np.ndarray,
+    documents: Iterable[Mapping[str, Any]],
+    ids: TokenIds,
+) -> SequenceValues:
+    """Classify one sequence's tokens per segment.
+
+    >>> ids = TokenIds(image_token_id=9, bos_id=1, eos_id=2, tokens_per_image=2)
+    >>> input_ids = np.array([1, 9, 9, 5, 6, 2, 1, 7, 2, 0])
+    >>> segment_ids = np.array([1, 1, 1, 1, 1, 1, 2, 2, 2, 0])
+    >>> documents = [{"id": "a", "segment": 1, "images": [{"scores": {"matched_sim": 0.31}}]},
+    ...              {"id": "b", "segment": 2}]
+    >>> v = sequence_values(input_ids, segment_ids, documents, ids)
+    >>> [(p.id, p.text_tokens, p.image_tokens, p.special_tokens, p.images) for p in v.pieces]
+    [('a', 2, 2, 2, 1), ('b', 1, 0, 2, 0)]
+    >>> [(p.images_with_text, p.ends_in_image) for p in v.pieces]  # a's image is followed by 5
+    [(1, False), (0, False)]
+    >>> v.padding_tokens
+    1
+    """
+    input_ids = np.asarray(input_ids)
+    segment_ids = np.asarray(segment_ids)
+    if input_ids.shape != segment_ids.shape or input_ids.ndim != 1:
+        raise ValueError(
+            f"input_ids {input_ids.shape} and segment_ids {segment_ids.shape} are not one sequence"
+        )
+    counts = _segment_counts(input_ids, segment_ids, ids)
+    placement = _image_placement(input_ids, segment_ids, ids)
+    pieces = []
+    for entry in sorted(documents, key=lambda d: d["segment"]):
+        tokens, image_tokens, special_tokens = counts.get(entry["segment"], (0, 0, 0))
+        with_text, ends_in_image = placement.get(entry["segment"], (0, False))
+        dropped = entry.get("dropped") or {}
+        piece = int(entry.get("piece", 0))
+        scores = []
+        for img in entry.get("images", []):
+            for name, value in sorted((img.get("scores") or {}).items()):
+                if value is not None:
+                    scores.append((name, quantise(value)))
+        failures = ()
+        if piece == 0:
+            failures = tuple(
+                f.get("reason", "unknown")
+                for f in (entry.get("meta") or {}).get("image_failures", [])
+            )
+        pieces.append(
+            SegmentValues(
+                id=str(entry["id"]),
+                piece=piece,
+                pieces=int(entry.get("pieces", 1)),
+                text_tokens=tokens - image_tokens - special_tokens,
+                image_tokens=image_tokens,
+                special_tokens=special_tokens,
+                images=image_tokens // ids.tokens_per_image,
+                scores=tuple(scores),
+                image_failures=failures,
+                images_with_text=with_text // ids.tokens_per_image,
+                ends_in_image=ends_in_image,
+                dropped_pieces=int(dropped.get("pieces", 0)),
+                dropped_tokens=int(dropped.get("tokens", 0)),
+            )
+        )
+    return SequenceValues(
+        tokens=int(input_ids.shape[0]),
+        padding_tokens=counts.get(0, (0, 0, 0))[0],
+        pieces=tuple(pieces),
+    )
+
+
+def _segment_counts(
+    input_ids: np.ndarray, segment_ids: np.ndarray, ids: TokenIds
+) -> dict[Any, tuple[int, int, int]]:
+    """Tokens, image tokens and special tokens per segment id, in one pass.
+
+    A segment is a run of equal ``segment_ids`` (the packer writes each one
+    contiguously); runs of the same id are added up, so any order is counted
+    right. An image slot is never special, even where its id is BOS or EOS.
+    """
+    if not segment_ids.shape[0]:
+        return {}
+    starts = np.flatnonzero(np.concatenate(([True], segment_ids[1:] != segment_ids[:-1])))
+    lengths = np.diff(np.append(starts, segment_ids.shape[0]))
+    image = input_ids == ids.image_token_id
+    special = np.zeros(input_ids.shape, dtype=bool)
+    for token in (ids.bos_id, ids.eos_id):
+        if token >= 0:
+            special |= input_ids == token
+    special &= ~image
+    counts: dict[Any, tuple[int, int, int]] = {}
+    for segment, tokens, image_tokens, special_tokens in zip(
+        segment_ids[starts].tolist(),
+        lengths.tolist(),
+        np.add.reduceat(image, starts, dtype=np.int64).tolist(),
+        np.add.reduceat(special, starts, dtype=np.int64).tolist(),
+    ):
+        before = counts.get(segment, (0, 0, 0))
+        counts[segment] = (
+            before[0] + tokens,
+            before[1] + image_tokens,
+            before[2] + special_tokens,
+        )
+    return counts
+
+
+def _image_placement(
+    input_ids: np.ndarray, segment_ids: np.ndarray, ids: TokenIds
+) -> dict[Any, tuple[int, bool]]:
+    """Per segment with image slots: how many slots have a text token as the
+    next token after their run, in the same segment, and whether the
+    segment's last token is a slot (an image cut off from its text when the
+    document goes on). Empty where the sequence holds no image."""
+    image = input_ids == ids.image_token_id
+    if not image.any():
+        return {}
+    size = image.shape[0]
+    special = np.zeros(size, dtype=bool)
+    for token in (ids.bos_id, ids.eos_id):
+        if token >= 0:
+            special |= input_ids == token
+    text = (segment_ids > 0) & ~image & ~special
+    # the first position at or after each one that is not a slot (size: none)
+    after = np.minimum.accumulate(np.where(image, size, np.arange(size))[::-1])[::-1]
+    slots = np.flatnonzero(image)
+    nxt = after[slots]
+    inside = nxt < size
+    followed = np.zeros(slots.shape[0], dtype=bool)
+    followed[inside] = text[nxt[inside]] & (segment_ids[nxt[inside]] == segment_ids[slots[inside]])
+    with_text = collections.Counter(segment_ids[slots[followed]].tolist())
+    ends = np.flatnonzero(np.append(segment_ids[1:] != segment_ids[:-1], True))
+    ending = {int(segment_ids[e]) for e in ends if image[e]}
+    return {
+        segment: (with_text.get(segment, 0), segment in ending)
+        for segment in set(segment_ids[slots].tolist())
+    }
+
+
+class StatsAccumulator:
+    """Integer counts that merge in any order (a Beam CombineFn's accumulator)."""
+
+    def __init__(self) -> None:
+        self.sequences = 0
+        self.tokens = 0
+        self.padding_tokens = 0
+        self.text_tokens = 0
+        self.image_tokens = 0
+        self.special_tokens = 0
+        self.images = 0
+        self.pieces = 0
+        self.documents = 0
+        self.split_documents = 0
+        self.images_with_text = 0
+        self.pieces_ending_in_image = 0
+        self.dropped_pieces = 0
+        self.dropped_tokens = 0
+        self.text_tokens_per_document: collections.Counter = collections.Counter()
+        self.images_per_document: collections.Counter = collections.Counter()
+        self.documents_per_sequence: collections.Counter = collections.Counter()
+        self.scores: dict[str, collections.Counter] = {}
+        self.image_failures: collections.Counter = collections.Counter()
+        # split documents not yet complete: id -> [pieces, seen piece indices, text tokens, images]
+        self.partial: dict[str, list] = {}
+
+    def add(self, values: SequenceValues) -> "StatsAccumulator":
+        self.sequences += 1
+        self.tokens += values.tokens
+        self.padding_tokens += values.padding_tokens
+        self.documents_per_sequence[len(values.pieces)] += 1
+        for piece in values.pieces:
+            self.pieces += 1
+            self.text_tokens += piece.text_tokens
+            self.image_tokens += piece.image_tokens
+            self.special_tokens += piece.special_tokens
+            self.images += piece.images
+            self.images_with_text += piece.images_with_text
+            self.pieces_ending_in_image += int(piece.ends_in_image)
+            self.dropped_pieces += piece.dropped_pieces
+            self.dropped_tokens += piece.dropped_tokens
+            for name, value in piece.scores:
+                self.scores.setdefault(name, collections.Counter())[value] += 1
+            self.image_failures.update(piece.image_failures)
+            if piece.pieces <= 1:
+                self._document(piece.text_tokens, piece.images, split=False)
+            else:
+                self._partial(
+                    piece.id, piece.pieces, {piece.piece}, piece.text_tokens, piece.images
+                )
+        return self
+
+    def _document(self, text_tokens: int, images: int, split: bool) -> None:
+        self.documents += 1
+        self.split_documents += int(split)
+        self.text_tokens_per_document[text_tokens] += 1
+        self.images_per_document[images] += 1
+
+    def _partial(self, doc_id: str, pieces: int, seen: set, text_tokens: int, images: int) -> None:
+        entry = self.partial.setdefault(doc_id, [pieces, set(), 0, 0])
+        entry[1] |= seen
+        entry[2] += text_tokens
+        entry[3] += images
+        if len(entry[1]) >= entry[0]:
+            del self.partial[doc_id]
+            self._document(entry[2], entry[3], split=True)
+
+    def merge(self, other: "StatsAccumulator") -> "StatsAccumulator":
+        for name in (
+            "sequences",
+            "tokens",
+            "padding_tokens",
+            "text_tokens",
+            "image_tokens",
+            "special_tokens",
+            "images",
+            "pieces",
+            "documents",
+            "split_documents",
+            "images_with_text",
+            "pieces_ending_in_image",
+            "dropped_pieces",
+            "dropped_tokens",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in (
+            "text_tokens_per_document",
+            "images_per_document",
+            "documents_per_sequence",
+            "image_failures",
+        ):
+            getattr(self, name).update(getattr(other, name))
+        for name, counts in other.scores.items():
+            self.scores.setdefault(name, collections.Counter()).update(counts)
+        for doc_id, (pieces, seen, text_tokens, images) in other.partial.items():
+            self._partial(doc_id, pieces, seen, text_tokens, images)
+        return self
+
+    def finish_partial(self) -> int:
+        """Count split documents whose pieces were not all seen (stats of one
+        shard of a build) with the pieces that were; returns how many."""
+        incomplete = len(self.partial)
+        for doc_id in sorted(self.partial):
+            _, _, text_tokens, images = self.partial[doc_id]
+            self._document(text_tokens, images, split=True)
+        self.partial = {}
+        return incomplete
+
+
+def _ratio(numerator: int, denominator: int) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+def _reasons(counts: Mapping[str, int], total: int) -> list[dict[str, Any]]:
+    return [
+        {"reason": reason, "count": int(count), "share": _ratio(count, total)}
+        for reason, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        if count
+    ]
+
+
+def funnel_section(
+    funnel: Mapping[str, Any] | None, images_removed: Mapping[str, int] | None = None
+) -> dict[str, Any] | None:
+    """The funnel of ``stats.json``, with the images removed from kept records
+    (``--min-sim``, ``--max-images``, CLIP: the manifest's ``images_removed``)
+    where there are any (a build without keeps the bytes it had before).
+
+    >>> section = funnel_section({"unit": "document", "input": 4, "kept": 3,
+    ...     "dropped": {"no_images": 1}}, {"clip_similarity_below_min": 2})
+    >>> section["dropped"], section["images_removed"]
+    ([{'reason': 'no_images', 'count': 1, 'share': 0.25}], [{'reason': 'clip_similarity_below_min', 'count': 2}])
+    """  # noqa: E501
+    if not funnel:
+        return None
+    total = int(funnel["input"])
+    removed = sorted((images_removed or {}).items(), key=lambda kv: (-kv[1], kv[0]))
+    section = {
+        "unit": funnel.get("unit"),
+        "input": total,
+        "kept": int(funnel["kept"]),
+        "kept_share": _ratio(int(funnel["kept"]), total),
+        "dropped": _reasons(funnel.get("dropped", {}), total),
+    }
+    if any(n for _, n in removed):
+        section["images_removed"] = [{"reason": r, "count": int(n)} for r, n in removed if n]
+    return section
+
+
+def fetch_drops(manifest: Mapping[str, Any]) -> collections.Counter:
+    """Records the fetch stage dropped, by reason: pairs that lost their image.
+
+    The fetch stage's own count (the manifest's ``images.failed``) says which
+    drops were fetches: a filter before any download may give a drop the same
+    name (coyo's ``image_too_small`` on the size its parquet declares). A
+    document corpus drops no record for a failed image. Without that count (a
+    manifest that has none), every funnel drop with a fetch reason is one.
+    """
+    from corpora.config import catalog
+
+    dropped = (manifest.get("funnel") or {}).get("dropped", {})
+    if "images" not in manifest:
+        return collections.Counter(
+            {reason: int(n) for reason, n in dropped.items() if is_fetch_reason(reason)}
+        )
+    spec = catalog.CORPORA.get(manifest.get("corpus"))
+    if spec is not None and not spec.drop_on_image_failure:
+        return collections.Counter()
+    return collections.Counter(
+        {reason: int(n) for reason, n in manifest["images"].get("failed", {}).items()}
+    )
+
+
+def image_fetch_section(acc: StatsAccumulator, manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """Fetch outcomes per image: images in the shards succeeded; a failure is
+    an image removed from its document (``meta.image_failures``) or a record
+    the fetch stage dropped (:func:`fetch_drops`: one image each)."""
+    failures = collections.Counter(acc.image_failures) + fetch_drops(manifest)
+    failed = sum(failures.values())
+    attempted = acc.images + failed
+    section = {
+        "attempted": attempted,
+        "fetched": acc.images,
+        "failed": failed,
+        "success_rate": _ratio(acc.images, attempted),
+        "failures": _reasons(failures, attempted),
+    }
+    if "images" in manifest:  # the build's own fetch accounting, when it keeps one
+        section["manifest"] = manifest["images"]
+    return section
+
+
+def finalize(
+    acc: StatsAccumulator, manifest: Mapping[str, Any], whole_build: bool = True
+) -> dict[str, Any]:
+    """The ``stats.json`` document for a build with ``manifest``.
+
+    Statistics of only some of a build's shards (``whole_build=False``) leave
+    out the funnel and the image fetch outcomes, which belong to the build.
+    """
+    incomplete = acc.finish_partial()
+    corpus = manifest.get("corpus")
+    reference = VILA_TABLE2.get(corpus)
+    return {
+        "stats_version": STATS_VERSION,
+        "corpus": corpus,
+        "seq_len": manifest.get("seq_len"),
+        "tokens_per_image": manifest.get("tokens_per_image"),
+        "totals": {
+            "documents": acc.documents,
+            "images": acc.images,
+            "tokens": acc.tokens,
+            "text_tokens": acc.text_tokens,
+            "image_tokens": acc.image_tokens,
+            "special_tokens": acc.special_tokens,
+            "padding_tokens": acc.padding_tokens,
+        },
+        "text_tokens_per_image": _ratio(acc.text_tokens, acc.images),
+        "images_per_document": distribution(acc.images_per_document),
+        "text_tokens_per_document": distribution(acc.text_tokens_per_document),
+        "packing": {
+            "sequences": acc.sequences,
+            "pieces": acc.pieces,
+            "documents_per_sequence": distribution(acc.documents_per_sequence),
+            "non_padding_fraction": _ratio(acc.tokens - acc.padding_tokens, acc.tokens),
+            "split_documents": acc.split_documents,
+            "split_fraction": _ratio(acc.split_documents, acc.documents),
+            "incomplete_documents": incomplete,
+            "images_with_text_fraction": _ratio(acc.images_with_text, acc.images),
+            "pieces_ending_in_image": acc.pieces_ending_in_image,
+            "short_pieces_dropped": {"pieces": acc.dropped_pieces, "tokens": acc.dropped_tokens},
+        },
+        "scope": "build" if whole_build else "shards",
+        "funnel": (
+            funnel_section(manifest.get("funnel"), manifest.get("images_removed"))
+            if whole_build
+            else None
+        ),
+        "scores": {
+            name: distribution(counts, SCORE_SCALE) for name, counts in sorted(acc.scores.items())
+        },
+        "image_fetch": image_fetch_section(acc, manifest) if whole_build else None,
+        "reference": {"source": VILA_SOURCE, "values": reference} if reference else None,
+    }
+
+
+# ── from finished shards ─────────────────────────────────────────────────────
+
+
+def stats_from_shards(
+    path: str, progress: Callable[[int, int, str], None] | None = None, verify: bool = True
+) -> dict[str, Any]:
+    """Recompute a build's statistics from its finished shards: ``path`` is a
+    build directory, its ``manifest.json`` or one shard (see
+    :func:`corpora.reader.locate`, whose :class:`~corpora.reader.BuildInputError`
+    this raises, also for a shard that cannot be read). With ``verify`` every
+    shard is first checked against its manifest entry (size and sha256), so a
+    shard cut short is refused rather than counted."""
+    build = reader.locate(path, verify=verify)
+    ids = TokenIds.from_manifest(build.manifest)
+    acc = StatsAccumulator()
+    for number, shard in enumerate(build.shards, 1):
+        if progress is not None:
+            progress(number, len(build.shards), shard)
+        try:
+            for sample in reader.iter_samples([shard], decode_images=False):
+                acc.add(
+                    sequence_values(sample.input_ids, sample.segment_ids, sample.documents, ids)
+                )
+        except (tarfile.TarError, KeyError, ValueError, OSError) as exc:
+            raise reader.BuildInputError(f"unreadable shard {shard}: {exc}") from None
+    return finalize(acc, build.manifest, build.whole)
+
+
+def stats_json(stats: Mapping[str, Any]) -> str:
+    return json.dumps(stats, indent=2, sort_keys=True) + "\n"
