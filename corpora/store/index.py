@@ -43,7 +43,7 @@ class StoreIndex:
 
     The rows live in a private temporary SQLite database (deleted when the
     index is closed or collected), keyed by the first 16 bytes of the URL's
-    SHA-256, with each tar URL written once: about 100 bytes of disk a URL,
+    SHA-256, with each tar URL written once: about 130 bytes of disk a URL,
     and SQLite's page cache (:data:`CACHE_KIB`) in memory whatever the count.
     A fetch worker's index of the URLs it has fetched, or of a 5.5 M-row COYO
     file's store, is as small in memory as one of ten URLs.
