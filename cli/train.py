@@ -125,6 +125,7 @@ def data(
     where the labels (vila) or the encoder/decoder cut (prefixlm) fall, and
     the share of each build against its weight.
     """
+    from trainer.blend import blend_overlaps
     from trainer.describe import describe_batch, describe_mix, describe_spec
     from trainer.loader import Loader, data_config
     from trainer.stream import DataError
@@ -145,6 +146,8 @@ def data(
         loader = Loader(config)
         size = loader.config.image_size or loader.spec.image_size or (224, 224)
         echo(describe_spec(loader.spec, loader.sources, weight_unit, size))
+        for line in blend_overlaps(loader.sources):  # duplicates across the blend's builds
+            echo(f"corpora: warning: {line}", err=True)
         names = [s.location for s in loader.sources]
         for number, (batch, picks) in enumerate(loader.preview(batches)):
             echo(describe_batch(number, batch, picks, loader.spec, names))
