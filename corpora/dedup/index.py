@@ -4,7 +4,11 @@ Every build writes ``dedup_index.parquet`` beside its manifest: one row per
 distinct key of what it kept, ``kind`` and ``value``, sorted (the same bytes
 for the same kept records, whatever the runner):
 
-- ``image_sha256``: the sha256 of each kept image's original bytes;
+- ``image_sha256``: the sha256 of each kept image's bytes as the shards hold
+  them (after the resize: two builds at one image size agree);
+- ``image_source_sha256``: the sha256 of the body the server sent, where the
+  fetch kept it (``meta["source_sha256"]``, the exact image rule's key):
+  builds at other image sizes agree on it;
 - ``image_url``: each kept image's URL;
 - ``text``: the normalised text hash (:func:`corpora.dedup.text.text_hash`)
   of each kept record's text.
@@ -34,19 +38,30 @@ fetch, an image whose bytes it kept is taken out the same way::
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import io
-from typing import BinaryIO, Iterable, Iterator
+from typing import TYPE_CHECKING, BinaryIO, Iterable, Iterator, Sequence
 
+import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from corpora.config import catalog
+from corpora.config.spec import Option
 from corpora.dedup.text import record_text, text_hash
 from corpora.record import Document, Drop, ImageChunk
 
+if TYPE_CHECKING:
+    from corpora.config.settings import BuildSettings
+
 INDEX = "dedup_index.parquet"
 SEEN_IN_BLEND = "seen_in_blend"
-IMAGE_SHA256, IMAGE_URL, TEXT = "image_sha256", "image_url", "text"
-KINDS = (IMAGE_SHA256, IMAGE_URL, TEXT)
+IMAGE_SHA256, IMAGE_SOURCE_SHA256 = "image_sha256", "image_source_sha256"
+IMAGE_URL, TEXT = "image_url", "text"
+KINDS = (IMAGE_SHA256, IMAGE_SOURCE_SHA256, IMAGE_URL, TEXT)
+# the key the fetch stage keeps the body's sha256 under (corpora.dedup.images.SOURCE_SHA256)
+_SOURCE_SHA256 = "source_sha256"
 _SCHEMA = pa.schema([("kind", pa.string()), ("value", pa.string())])
 
 
@@ -55,6 +70,8 @@ def index_rows(document: Document) -> Iterator[tuple[str, str]]:
     for image in document.images:
         if image.sha256:
             yield IMAGE_SHA256, image.sha256
+        if image.meta.get(_SOURCE_SHA256):
+            yield IMAGE_SOURCE_SHA256, image.meta[_SOURCE_SHA256]
         yield IMAGE_URL, image.url
     text = record_text(document)
     if text.strip():
@@ -77,6 +94,7 @@ class Seen:
     """What other builds kept: image sha256s, image URLs, text hashes."""
 
     image_sha256: frozenset[str] = frozenset()
+    image_source_sha256: frozenset[str] = frozenset()
     image_url: frozenset[str] = frozenset()
     text: frozenset[str] = frozenset()
 
@@ -93,11 +111,13 @@ class Seen:
         return cls.from_rows(row for stream in streams for row in read_index(stream))
 
     def __len__(self) -> int:
-        return len(self.image_sha256) + len(self.image_url) + len(self.text)
+        return sum(len(getattr(self, kind)) for kind in KINDS)
 
     def image_seen(self, image: ImageChunk) -> bool:
-        return image.url in self.image_url or (
-            image.sha256 is not None and image.sha256 in self.image_sha256
+        return (
+            image.url in self.image_url
+            or (image.sha256 is not None and image.sha256 in self.image_sha256)
+            or image.meta.get(_SOURCE_SHA256) in self.image_source_sha256
         )
 
 
@@ -128,6 +148,60 @@ def overlap(one: Seen, two: Seen) -> dict[str, int]:
     """How many keys of each kind two builds share (``corpora train data`` warns on any).
 
     >>> overlap(Seen(image_url=frozenset({"u", "v"})), Seen(image_url=frozenset({"v"})))
-    {'image_sha256': 0, 'image_url': 1, 'text': 0}
+    {'image_sha256': 0, 'image_source_sha256': 0, 'image_url': 1, 'text': 0}
     """
     return {kind: len(getattr(one, kind) & getattr(two, kind)) for kind in KINDS}
+
+
+def index_path(build: str) -> str:
+    """Where a build's index is: ``BUILD/dedup_index.parquet`` (local or a URL)."""
+    return f"{build.rstrip('/')}/{INDEX}"
+
+
+def _check_builds(builds: tuple[str, ...]) -> str | None:
+    for build in builds:
+        fs, root = fsspec.core.url_to_fs(index_path(build))
+        if not fs.exists(root):
+            return f"--exclude-seen {build}: no {INDEX} there (a build made by corpora build)"
+    return None
+
+
+EXCLUDE_SEEN = Option(
+    "exclude_seen",
+    tuple,
+    None,
+    "builds whose kept images (URL, sha256) and texts this build leaves out (a blend "
+    "that shares nothing): their dedup_index.parquet is read",
+    check=_check_builds,
+)
+
+
+def seen_builds(settings: "BuildSettings") -> tuple[str, ...]:
+    return tuple(settings.stage_options.get(EXCLUDE_SEEN.name) or ())
+
+
+@functools.lru_cache(maxsize=4)
+def load_seen(builds: tuple[str, ...]) -> Seen:
+    """What ``builds`` kept, read once per process from their indexes."""
+    rows = []
+    for build in builds:
+        with fsspec.open(index_path(build), "rb") as stream:
+            rows.extend(read_index(stream))
+    return Seen.from_rows(rows)
+
+
+def exclude_seen_stage(document: Document, settings: "BuildSettings") -> Document | Drop:
+    """The stage's core: ``document`` less what the ``--exclude-seen`` builds kept
+    (a pair corpus drops the record; a document loses the image)."""
+    pairs = catalog.get(settings.corpus).drop_on_image_failure
+    return exclude_seen(document, load_seen(seen_builds(settings)), pairs=pairs)
+
+
+def seen_report(builds: Sequence[str]) -> dict:
+    """The manifest's report of ``--exclude-seen``: each build's index and its sha256."""
+    entries = []
+    for build in builds:
+        with fsspec.open(index_path(build), "rb") as stream:
+            entries.append({"build": build, "sha256": hashlib.sha256(stream.read()).hexdigest()})
+    seen = load_seen(tuple(builds))
+    return {"builds": entries, "seen": {kind: len(getattr(seen, kind)) for kind in KINDS}}

@@ -38,15 +38,21 @@ text, since five common words in a row are no leak::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
-from typing import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 import fsspec
 import numpy as np
 
-from corpora.dedup.text import ngram_hashes, text_hash, words
+from corpora.config.spec import Option
+from corpora.dedup.text import ngram_hashes, record_text, text_hash, words
+from corpora.record import Document, Drop
+
+if TYPE_CHECKING:
+    from corpora.config.settings import BuildSettings
 
 NGRAM = 13  # GPT-3's contamination study
 MIN_NGRAM = 8  # a shorter evaluation text matches only a whole record text
@@ -61,6 +67,33 @@ TEXT_FIELDS = (
     "sentence",
     "sentences",
     "answers",
+)
+
+
+EVAL_CONTAMINATION = "eval_contamination"
+
+
+def _check_paths(paths: tuple[str, ...]) -> str | None:
+    for path in paths:
+        try:
+            source_kind(path)
+        except SourceError as error:
+            return str(error)
+        fs, root = fsspec.core.url_to_fs(path)
+        if not fs.exists(root):
+            return f"--decontaminate {path}: no such file or folder"
+    return None
+
+
+# The one --decontaminate flag, declared here for the text and the image rules
+# (the text stage carries it; the image stage reads the same value).
+DECONTAMINATE = Option(
+    "decontaminate",
+    tuple,
+    None,
+    "evaluation data kept out of the build: a .txt/.jsonl/.json of texts (13-word n-grams), "
+    "a folder of images or a .parquet of image hashes",
+    check=_check_paths,
 )
 
 
@@ -230,3 +263,33 @@ class EvalTexts:
             if np.any(known[found] == grams):
                 return True
         return False
+
+
+def decontamination_paths(settings: "BuildSettings") -> tuple[str, ...]:
+    """The ``--decontaminate`` paths of a build (none: an empty tuple)."""
+    return tuple(settings.stage_options.get(DECONTAMINATE.name) or ())
+
+
+@functools.lru_cache(maxsize=4)
+def eval_texts(paths: tuple[str, ...]) -> EvalTexts:
+    """The evaluation texts of ``paths``, read once per process."""
+    return EvalTexts.from_sources(read_sources(paths))
+
+
+def eval_contamination(document: Document, settings: "BuildSettings") -> Document | Drop:
+    """The stage's core: ``document``, or a drop when its text shares a 13-word
+    n-gram with an evaluation text of ``--decontaminate``."""
+    if eval_texts(decontamination_paths(settings)).contaminated(record_text(document)):
+        return Drop(EVAL_CONTAMINATION, document.id, detail="text")
+    return document
+
+
+def decontamination_report(paths: Sequence[str]) -> dict:
+    """The manifest's report of the text decontamination: every source and its sha256."""
+    sources = read_sources(paths)
+    texts = eval_texts(tuple(paths))
+    return {
+        "sources": [source.as_manifest() for source in sources],
+        "evaluation_texts": texts.count,
+        "ngram": NGRAM,
+    }

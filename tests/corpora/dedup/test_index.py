@@ -43,4 +43,9 @@ def test_exclude_seen_drops_pairs_and_removes_images_from_documents():
 def test_overlap_counts_each_kind():
     one = Seen.from_rows(index_rows(_pair("a", "u1", "s1", "t")))
     two = Seen.from_rows(index_rows(_pair("b", "u2", "s1", "t")))
-    assert overlap(one, two) == {"image_sha256": 1, "image_url": 0, "text": 1}
+    assert overlap(one, two) == {
+        "image_sha256": 1,
+        "image_source_sha256": 0,
+        "image_url": 0,
+        "text": 1,
+    }
