@@ -34,13 +34,14 @@ from corpora.record import Document
 
 _NOT_WORD = re.compile(r"[^\w\s]+")
 _SPACE = re.compile(r"\s+")
+_WORD = re.compile(r"\w+")
 # An odd 64-bit multiplier: an n-gram's hash is sum(word_hash[i] * _BASE ** (n-1-i)) mod 2**64.
 _BASE = np.uint64(0x9E3779B97F4A7C15)
 
 
 def normalise_text(text: str) -> str:
     """NFKC, case folded, punctuation removed, white space collapsed."""
-    folded = unicodedata.normalize("NFKC", text).casefold()
+    folded = (text if text.isascii() else unicodedata.normalize("NFKC", text)).casefold()
     return _SPACE.sub(" ", _NOT_WORD.sub(" ", folded)).strip()
 
 
@@ -59,9 +60,13 @@ def record_text(document: Document) -> str:
 
 
 def words(text: str) -> list[str]:
-    """The words of the normalised ``text``."""
-    normalised = normalise_text(text)
-    return normalised.split(" ") if normalised else []
+    """The words of the normalised ``text`` (its runs of word characters, case folded).
+
+    >>> words("It's a CAT-like cat.") == normalise_text("It's a CAT-like cat.").split(" ")
+    True
+    """
+    folded = (text if text.isascii() else unicodedata.normalize("NFKC", text)).casefold()
+    return _WORD.findall(folded)
 
 
 def word_hashes(tokens: list[str]) -> np.ndarray:
@@ -73,14 +78,15 @@ def word_hashes(tokens: list[str]) -> np.ndarray:
     cache = _WORD_HASHES
     if len(cache) > _CACHE_WORDS:
         cache.clear()
-    out = np.empty(len(tokens), dtype=np.uint64)
-    for i, word in enumerate(tokens):
-        value = cache.get(word)
-        if value is None:
-            digest = hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest()
-            value = cache[word] = int.from_bytes(digest, "little")
-        out[i] = value
-    return out
+    get = cache.get
+    values = [get(word) for word in tokens]
+    if None in values:
+        for i, value in enumerate(values):
+            if value is None:
+                word = tokens[i]
+                digest = hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest()
+                values[i] = cache[word] = int.from_bytes(digest, "little")
+    return np.array(values, dtype=np.uint64)
 
 
 _CACHE_WORDS = 1 << 20

@@ -34,3 +34,9 @@ def test_ngram_hashes_equal_exactly_when_the_ngrams_are_equal(tokens, n):
 def test_no_words_no_ngrams():
     assert words("  ...  ") == []
     assert len(ngram_hashes([], 5)) == 0
+
+
+@given(st.text(max_size=60))
+def test_words_are_the_normalised_text_split(text):
+    normalised = normalise_text(text)
+    assert words(text) == (normalised.split(" ") if normalised else [])
