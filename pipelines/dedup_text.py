@@ -22,15 +22,35 @@ from __future__ import annotations
 from typing import Iterator
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 
+from corpora.dedup.index import (
+    INDEX,
+    exclude_seen_stage,
+    index_rows,
+    seen_builds,
+    seen_report,
+    write_index,
+)
 from corpora.dedup.minhash import MinHashSettings, signature, signature_band_keys
-from corpora.dedup.text import record_text, text_hash
+from corpora.dedup.sources import decontamination_report, eval_contamination, text_paths
+from corpora.dedup.text import (
+    DEDUP_TEXT,
+    DEDUP_TEXT_MODES,
+    DUPLICATE_TEXT,
+    EXACT,
+    NEAR,
+    NEAR_DUPLICATE_TEXT,
+    record_text,
+    text_hash,
+)
 from corpora.record import Document, Drop
-from pipelines.transforms import route_batch
+from corpora.stages import Stage
+from pipelines import storage
+from pipelines.stages import ApplyStage, Steps, label
+from pipelines.transforms import DROPPED, route_batch
 
-DUPLICATE_TEXT, NEAR_DUPLICATE_TEXT = "duplicate_text", "near_duplicate_text"
-EXACT, NEAR = "exact", "near"
-MODES = ("off", EXACT, NEAR)
+MODES = DEDUP_TEXT_MODES
 _EXACT_KEYS, _BAND_KEYS = "exact_keys", "band_keys"
 
 
@@ -192,3 +212,72 @@ class DedupText(beam.PTransform):
                 "seed": self._minhash.seed,
             }
         return report
+
+
+# ---------------------------------------------------------------- the stages' Beam wrappers
+
+
+def dedup_text_step(stage: Stage, batches, build: Steps):
+    """``dedup_text``: the batches less their duplicate texts (module doc)."""
+    mode = build.settings.stage_options[DEDUP_TEXT.name]
+    result = batches | label(stage) >> DedupText(mode, MinHashSettings(), label(stage))
+    build.dropped(stage.name, result["dropped"])
+    build.report(stage.name, result["summary"])
+    return result["kept"]
+
+
+def decontaminate_text_step(stage: Stage, batches, build: Steps):
+    """``decontaminate_text``: each record's text against the evaluation texts
+    (read once per worker process); the report names every source and its sha256."""
+    report = decontamination_report(text_paths(build.settings))  # here: a bad file fails first
+    build.report(stage.name, build.pipeline | f"{label(stage)}Report" >> beam.Create([report]))
+    return _per_record(stage, batches, build, eval_contamination)
+
+
+def exclude_seen_step(stage: Stage, batches, build: Steps):
+    """``exclude_seen`` (before the fetch: texts and image URLs) and
+    ``exclude_seen_images`` (after it: the same, and the images' bytes): the
+    batches less what the ``--exclude-seen`` builds kept. An image taken out of
+    a kept document is counted by the pack stage (``meta["images_removed"]``)."""
+    if stage.options:  # the first of the two reports the builds read
+        report = seen_report(seen_builds(build.settings))
+        build.report(stage.name, build.pipeline | f"{label(stage)}Report" >> beam.Create([report]))
+    return _per_record(stage, batches, build, exclude_seen_stage)
+
+
+def _per_record(stage: Stage, batches, build: Steps, core):
+    out = batches | label(stage) >> beam.ParDo(
+        ApplyStage(core, build.settings, stage.name)
+    ).with_outputs(DROPPED, main="docs")
+    build.dropped(stage.name, out[DROPPED])
+    return out.docs
+
+
+def index_step(stage: Stage, batches, build: Steps):
+    """``dedup_index``: ``dedup_index.parquet`` beside the manifest, from the
+    records that reach the pack stage; the batches pass unchanged. Its report:
+    how many rows of each kind."""
+    name = label(stage)
+    rows = (
+        batches
+        | f"{name}Rows" >> beam.FlatMap(lambda batch: [row for d in batch for row in index_rows(d)])
+        | f"{name}Distinct" >> beam.Distinct()
+    )
+    path = FileSystems.join(build.settings.output, INDEX)
+    written = (
+        build.pipeline
+        | f"{name}File" >> beam.Create([path])
+        | f"{name}Write" >> beam.Map(_write_index, rows=beam.pvalue.AsList(rows))
+    )
+    build.report(stage.name, written)
+    return batches
+
+
+def _write_index(path: str, rows) -> dict:
+    rows = list(rows)
+    with storage.create_atomically(path) as stream:
+        write_index(stream, rows)
+    counts: dict[str, int] = {}
+    for kind, _ in rows:
+        counts[kind] = counts.get(kind, 0) + 1
+    return {"path": INDEX, "rows": dict(sorted(counts.items()))}

@@ -171,8 +171,9 @@ EXCLUDE_SEEN = Option(
     tuple,
     None,
     "builds whose kept images (URL, sha256) and texts this build leaves out (a blend "
-    "that shares nothing): their dedup_index.parquet is read",
+    "that shares nothing): their dedup_index.parquet is read (repeatable)",
     check=_check_builds,
+    repeatable=True,
 )
 
 

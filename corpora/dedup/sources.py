@@ -92,8 +92,9 @@ DECONTAMINATE = Option(
     tuple,
     None,
     "evaluation data kept out of the build: a .txt/.jsonl/.json of texts (13-word n-grams), "
-    "a folder of images or a .parquet of image hashes",
+    "a folder of images or a .parquet of image hashes (repeatable)",
     check=_check_paths,
+    repeatable=True,
 )
 
 
@@ -270,6 +271,17 @@ def decontamination_paths(settings: "BuildSettings") -> tuple[str, ...]:
     return tuple(settings.stage_options.get(DECONTAMINATE.name) or ())
 
 
+def text_paths(settings: "BuildSettings") -> tuple[str, ...]:
+    """The ``--decontaminate`` paths that are evaluation texts (the text stage's)."""
+    return tuple(p for p in decontamination_paths(settings) if source_kind(p) == TEXTS)
+
+
+def image_paths(settings: "BuildSettings") -> tuple[str, ...]:
+    """The ``--decontaminate`` paths that are evaluation images: the image rules'
+    hook (``corpora.dedup.evaluation`` reads each of them)."""
+    return tuple(p for p in decontamination_paths(settings) if source_kind(p) != TEXTS)
+
+
 @functools.lru_cache(maxsize=4)
 def eval_texts(paths: tuple[str, ...]) -> EvalTexts:
     """The evaluation texts of ``paths``, read once per process."""
@@ -279,7 +291,7 @@ def eval_texts(paths: tuple[str, ...]) -> EvalTexts:
 def eval_contamination(document: Document, settings: "BuildSettings") -> Document | Drop:
     """The stage's core: ``document``, or a drop when its text shares a 13-word
     n-gram with an evaluation text of ``--decontaminate``."""
-    if eval_texts(decontamination_paths(settings)).contaminated(record_text(document)):
+    if eval_texts(text_paths(settings)).contaminated(record_text(document)):
         return Drop(EVAL_CONTAMINATION, document.id, detail="text")
     return document
 

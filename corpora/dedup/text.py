@@ -30,7 +30,20 @@ import unicodedata
 
 import numpy as np
 
+from corpora.config.spec import Option
 from corpora.record import Document
+
+DUPLICATE_TEXT, NEAR_DUPLICATE_TEXT = "duplicate_text", "near_duplicate_text"
+EXACT, NEAR = "exact", "near"
+DEDUP_TEXT_MODES = ("off", EXACT, NEAR)
+DEDUP_TEXT = Option(
+    "dedup_text",
+    str,
+    "off",
+    "remove duplicate texts before any download: exact (the same normalised text) or near "
+    "(MinHash LSH over word 5-grams, 14 bands x 8 rows); the smallest record id is kept",
+    choices=DEDUP_TEXT_MODES,
+)
 
 _NOT_WORD = re.compile(r"[^\w\s]+")
 _SPACE = re.compile(r"\s+")
