@@ -54,7 +54,13 @@ def _click(option: Option, help: str | None = None) -> dict[str, Any]:
     if option.choices:
         return {**shown, "type": click.Choice(option.choices)}
     if option.repeatable:  # click gives () when the flag is left out: the default then
-        return {**shown, "type": str, "multiple": True, "callback": _none_if_empty}
+        return {
+            **shown,
+            "type": str,
+            "multiple": True,
+            "metavar": "PATH",
+            "callback": _none_if_empty,
+        }
     if option.type is tuple:
         return {**shown, "type": str, "metavar": "A,B,…"}
     return {**shown, "type": option.type}

@@ -171,7 +171,7 @@ EXCLUDE_SEEN = Option(
     tuple,
     None,
     "builds whose kept images (URL, sha256) and texts this build leaves out (a blend "
-    "that shares nothing): their dedup_index.parquet is read (repeatable)",
+    "that shares nothing): their dedup_index.parquet is read (repeatable).",
     check=_check_builds,
     repeatable=True,
 )

@@ -92,7 +92,7 @@ DECONTAMINATE = Option(
     tuple,
     None,
     "evaluation data kept out of the build: a .txt/.jsonl/.json of texts (13-word n-grams), "
-    "a folder of images or a .parquet of image hashes (repeatable)",
+    "a folder of images or a .parquet of image hashes (repeatable).",
     check=_check_paths,
     repeatable=True,
 )

@@ -41,7 +41,7 @@ DEDUP_TEXT = Option(
     str,
     "off",
     "remove duplicate texts before any download: exact (the same normalised text) or near "
-    "(MinHash LSH over word 5-grams, 14 bands x 8 rows); the smallest record id is kept",
+    "(MinHash LSH over word 5-grams, 14 bands x 8 rows); the smallest record id is kept.",
     choices=DEDUP_TEXT_MODES,
 )
 
