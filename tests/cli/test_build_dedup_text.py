@@ -17,6 +17,7 @@ from tests.beam_services import job_service, worker_pool
 from tests.generated import mmc4_documents, write_mmc4
 from tests.helpers import SMALL_BUILD, load_manifest, read_tar, run_cli
 from tests.planted_texts import planted
+from tests.servers import ImageServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -208,3 +209,32 @@ def test_a_coyo_build_after_an_mmc4_build_keeps_none_of_its_images(
         "train", "data", str(tmp_path / "mmc4"), str(tmp_path / "coyo"), "--batches", "1"
     )
     assert "overlap" not in warned.stderr
+
+
+def test_corpora_fetch_never_downloads_a_duplicate_documents_images(tmp_path):
+    with ImageServer() as server:
+        docs = mmc4_documents(4, server.base, images_per_doc=2)
+        copies = [
+            {
+                **doc,
+                "url": doc["url"] + "/copy",
+                "image_info": [
+                    {**info, "raw_url": info["raw_url"].replace(".jpg", "-copy.jpg")}
+                    for info in doc["image_info"]
+                ],
+            }
+            for doc in docs[:2]
+        ]  # the same sentences as two documents, other images
+        given = write_mmc4(str(tmp_path / "docs.jsonl"), docs + copies)
+        fetched = run_cli(
+            "fetch", "mmc4", "--input", given, "--image-store", str(tmp_path / "store"),
+            "--dedup-text", "exact", "--allow-private-urls", "--progress-every", "0",
+            "--workers", "1",
+        )  # fmt: skip
+        assert fetched.returncode == 0, fetched.stderr
+        images = [r for r in server.requests if r.startswith("/img/")]
+    assert len(images) == 8  # 4 documents of 2 images; of each copied pair, one document's
+    for doc, copy in zip(docs[:2], copies):
+        requested = {info["raw_url"].split(server.base, 1)[1] for info in doc["image_info"]}
+        of_copy = {info["raw_url"].split(server.base, 1)[1] for info in copy["image_info"]}
+        assert (requested <= set(images)) != (of_copy <= set(images))
