@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from corpora import reader
+from corpora.config import catalog
 from corpora.fetch.settings import is_fetch_reason
 from corpora.stats.distributions import distribution
 
@@ -390,8 +391,6 @@ def fetch_drops(manifest: Mapping[str, Any]) -> collections.Counter:
     document corpus drops no record for a failed image. Without that count (a
     manifest that has none), every funnel drop with a fetch reason is one.
     """
-    from corpora.config import catalog
-
     dropped = (manifest.get("funnel") or {}).get("dropped", {})
     if "images" not in manifest:
         return collections.Counter(
