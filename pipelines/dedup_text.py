@@ -50,7 +50,6 @@ from pipelines import storage
 from pipelines.stages import ApplyStage, Steps, label
 from pipelines.transforms import DROPPED, route_batch
 
-MODES = DEDUP_TEXT_MODES
 _EXACT_KEYS, _BAND_KEYS = "exact_keys", "band_keys"
 
 
@@ -167,7 +166,7 @@ class DedupText(beam.PTransform):
     def __init__(self, mode: str, minhash: MinHashSettings = MinHashSettings(), stage="dedup_text"):
         super().__init__()
         if mode not in (EXACT, NEAR):
-            raise ValueError(f"--dedup-text must be one of {MODES}, got {mode!r}")
+            raise ValueError(f"--dedup-text must be one of {DEDUP_TEXT_MODES}, got {mode!r}")
         self._mode, self._minhash, self._stage = mode, minhash, stage
 
     def expand(self, batches: beam.PCollection) -> beam.pvalue.PValue:
