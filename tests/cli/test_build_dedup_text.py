@@ -29,7 +29,12 @@ EVAL_QUESTION = "what color is the cat"
 LEAKS = {"https://example.org/leak-caption-1", "https://example.org/leak-caption-2"}
 
 
-def _c4_input(directory) -> str:
+COPIED = set(CORPUS.exact.values()) | set(CORPUS.near.values())
+# Three unrelated documents an earlier build kept: --exclude-seen removes them.
+SEEN = [rid for rid in CORPUS.originals if rid not in COPIED][:3]
+
+
+def _c4_input(directory, only: list[str] | None = None) -> str:
     lines = [
         json.dumps(
             {
@@ -39,7 +44,10 @@ def _c4_input(directory) -> str:
             }
         ).encode()
         for doc in CORPUS.documents
+        if only is None or doc.id in only
     ]
+    if only is not None:
+        return fixtures.write_c4_json_gz(str(directory), lines)
     leaks = {
         "https://example.org/leak-caption-1": f"Our photos. {EVAL_CAPTION.upper()}! More below.",
         "https://example.org/leak-caption-2": f"{EVAL_CAPTION}",
@@ -95,9 +103,16 @@ def test_text_rules_remove_the_planted_copies_and_leaks_the_same_on_every_runner
 ):
     source = _c4_input(tmp_path)
     captions, questions = _evals(tmp_path)
+    (tmp_path / "earlier-input").mkdir()
+    earlier = run_cli(
+        "build", "c4", "--input", _c4_input(tmp_path / "earlier-input", SEEN),
+        "--tokenizer", tokenizer_path, *SMALL_BUILD, "--output", str(tmp_path / "earlier"),
+    )  # fmt: skip
+    assert earlier.returncode == 0, earlier.stderr
     common = (
         "build", "c4", "--input", source, "--tokenizer", tokenizer_path, *SMALL_BUILD,
         "--dedup-text", "near", "--decontaminate", captions, "--decontaminate", questions,
+        "--exclude-seen", str(tmp_path / "earlier"),
     )  # fmt: skip
     one = run_cli(*common, "--output", str(tmp_path / "one"))
     assert one.returncode == 0, one.stderr
@@ -108,13 +123,14 @@ def test_text_rules_remove_the_planted_copies_and_leaks_the_same_on_every_runner
     assert funnel["input"] == funnel["kept"] + sum(dropped.values())  # the funnel balances
     assert dropped["duplicate_text"] == len(CORPUS.exact)
     assert dropped["eval_contamination"] == 3  # two captions inside, one whole question
+    assert dropped["seen_in_blend"] == len(SEEN)
     assert dropped["near_duplicate_text"] >= 0.95 * len(CORPUS.near)
     assert dropped["near_duplicate_text"] <= len(CORPUS.near)
     kept = _kept_urls(str(tmp_path / "one"))
     for copy, source in CORPUS.exact.items():
         assert {_url(copy), _url(source)} & kept == {_kept_of(copy, source)}
-    copied = set(CORPUS.exact.values()) | set(CORPUS.near.values())
-    assert {_url(rid) for rid in CORPUS.originals if rid not in copied} <= kept
+    fresh = {_url(rid) for rid in CORPUS.originals if rid not in COPIED and rid not in SEEN}
+    assert fresh <= kept and not kept & {_url(rid) for rid in SEEN}
     assert "https://example.org/fine-question" in kept
     assert not kept & LEAKS
     report = {entry["name"]: entry.get("report") for entry in manifest["stages"]}
