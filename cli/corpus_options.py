@@ -53,6 +53,18 @@ def _click(option: Option, help: str | None = None) -> dict[str, Any]:
         return {**shown, "is_flag": True}
     if option.choices:
         return {**shown, "type": click.Choice(option.choices)}
+    if option.repeatable:  # click gives () when the flag is left out: the default then
+        return {
+            **shown,
+            "type": str,
+            "multiple": True,
+            "metavar": "PATH",
+            "callback": _none_if_empty,
+        }
     if option.type is tuple:
         return {**shown, "type": str, "metavar": "A,B,…"}
     return {**shown, "type": option.type}
+
+
+def _none_if_empty(context, parameter, value):
+    return value or None

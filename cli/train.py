@@ -76,6 +76,7 @@ def data(batches, mix_samples, **flags):
     of the encoder and decoder streams, one sample a row and packed to
     --encoder-len and --decoder-len (or to the lengths it suggests).
     """
+    from trainer.blend import blend_overlaps
     from trainer.describe import describe_batch, describe_mix, describe_spec, describe_streams
     from trainer.loader import Loader
     from trainer.stream import DataError
@@ -88,6 +89,8 @@ def data(batches, mix_samples, **flags):
         size = loader.config.image_size or loader.spec.image_size or (224, 224)
         unit = config.weight_unit
         echo(describe_spec(loader.spec, loader.sources, unit, size))
+        for line in blend_overlaps(loader.sources):  # duplicates across the blend's builds
+            echo(f"corpora: warning: {line}", err=True)
         names = [s.location for s in loader.sources]
         for number, (batch, picks) in enumerate(loader.preview(batches)):
             echo(describe_batch(number, batch, picks, loader.spec, names))

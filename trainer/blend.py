@@ -39,7 +39,10 @@ import dataclasses
 import os
 from typing import Any, Iterator, Sequence
 
+import fsspec
+
 from corpora import reader
+from corpora.dedup.index import INDEX, Seen, overlap, read_index
 from trainer.config import WEIGHT_UNITS
 from trainer.stream import DataError, Shard, ShardStream
 
@@ -213,6 +216,38 @@ def check_blend(sources: Sequence[Source], unit: str = "examples") -> DataSpec:
         tokenizer_sha256=first.manifest["tokenizer"]["sha256"],
         vocab_size=_vocab_size(first.manifest),
     )
+
+
+def blend_overlaps(sources: Sequence[Source]) -> list[str]:
+    """One line for each two builds of a blend that kept the same images or texts,
+    read from their hash indexes (``dedup_index.parquet``, corpora.dedup.index);
+    a build made before the index (none beside its manifest) is left out. Build
+    the second with ``--exclude-seen FIRST`` so a blend shares nothing."""
+    indexes = []
+    for source in sources:
+        seen = _read_seen(_dirname(source.shards[0].url))
+        if seen is not None:
+            indexes.append((source.location, seen))
+    lines = []
+    for i, (one, one_seen) in enumerate(indexes):
+        for two, two_seen in indexes[i + 1 :]:
+            shared = overlap(one_seen, two_seen)
+            if any(shared.values()):
+                counts = ", ".join(f"{n} {kind}" for kind, n in shared.items() if n)
+                lines.append(
+                    f"{one} and {two} overlap: {counts} kept by both "
+                    f"(build one with --exclude-seen the other)"
+                )
+    return lines
+
+
+def _read_seen(base: str) -> Seen | None:
+    path = f"{base.rstrip('/')}/{INDEX}"
+    try:
+        with fsspec.open(path, "rb") as stream:
+            return Seen.from_rows(read_index(stream))
+    except FileNotFoundError:
+        return None
 
 
 def _vocab_size(manifest: dict[str, Any]) -> int | None:

@@ -79,10 +79,15 @@ class Option:
     choices: tuple[str, ...] = ()
     check: Callable[[Any], str | None] | None = None
     store: Callable[[Any], Any] | None = None
+    # A tuple option given once per value (``--decontaminate A --decontaminate B``),
+    # each value whole (a path may hold a comma), rather than comma-separated.
+    repeatable: bool = False
 
     def __post_init__(self) -> None:
         if self.type not in OPTION_TYPES:
             raise TypeError(f"option {self.name}: type must be one of {OPTION_TYPES}")
+        if self.repeatable and self.type is not tuple:
+            raise TypeError(f"option {self.name}: only a tuple option is repeatable")
 
     @property
     def flag(self) -> str:
@@ -102,8 +107,9 @@ class Option:
 
     def _coerce(self, given: Any) -> Any:
         if self.type is tuple:
-            parts = given.split(",") if isinstance(given, str) else given
-            return tuple(str(part).strip() for part in parts)
+            if isinstance(given, str):
+                given = (given,) if self.repeatable else given.split(",")
+            return tuple(str(part).strip() for part in given)
         if self.type is bool:
             return bool(given)
         try:

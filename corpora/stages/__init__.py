@@ -12,8 +12,9 @@ Stages from outside the package: ``CORPORA_STAGES`` names importable modules
 runs right after the stage it names. The workers of a build must be able to
 import them too.
 
->>> [stage.name for stage in STAGES]
-['read', 'filter', 'spread', 'select', 'fetch', 'clip', 'layout', 'pack']
+>>> [stage.name for stage in STAGES]  # doctest: +NORMALIZE_WHITESPACE
+['read', 'filter', 'spread', 'select', 'decontaminate_text', 'exclude_seen', 'dedup_text',
+ 'fetch', 'exclude_seen_images', 'clip', 'layout', 'dedup_index', 'pack']
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ import os
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from corpora.config.spec import Option
+from corpora.dedup.index import EXCLUDE_SEEN, SEEN_IN_BLEND, seen_builds
+from corpora.dedup.sources import DECONTAMINATE, EVAL_CONTAMINATION, text_paths
+from corpora.dedup.text import DEDUP_TEXT, DUPLICATE_TEXT, NEAR_DUPLICATE_TEXT
 from corpora.stages.stage import Stage, StageError
 
 if TYPE_CHECKING:
@@ -54,11 +58,43 @@ STAGES = (
         beam="pipelines.selection:select_step",
         applies=lambda spec, settings: spec.top_fraction(settings) is not None,
     ),
+    # The text rules run before the fetch: what they remove is never downloaded.
+    Stage(
+        "decontaminate_text",
+        "texts sharing a 13-word n-gram with an evaluation text (--decontaminate) removed",
+        beam="pipelines.dedup_text:decontaminate_text_step",
+        options=(DECONTAMINATE,),  # the image rules read the same flag
+        reasons=(EVAL_CONTAMINATION,),
+        applies=lambda spec, settings: bool(text_paths(settings)),
+    ),
+    Stage(
+        "exclude_seen",
+        "texts and image URLs another build kept (--exclude-seen) removed, before any download",
+        beam="pipelines.dedup_text:exclude_seen_step",
+        options=(EXCLUDE_SEEN,),
+        reasons=(SEEN_IN_BLEND,),
+        applies=lambda spec, settings: bool(seen_builds(settings)),
+    ),
+    Stage(
+        "dedup_text",
+        "duplicate texts removed (exact or MinHash near duplicates); the smallest id kept",
+        beam="pipelines.dedup_text:dedup_text_step",
+        options=(DEDUP_TEXT,),
+        reasons=(DUPLICATE_TEXT, NEAR_DUPLICATE_TEXT),
+        applies=lambda spec, settings: settings.stage_options.get(DEDUP_TEXT.name, "off") != "off",
+    ),
     Stage(
         FETCH,
         "download, check, resize and keep each image (through the image store)",
         beam="pipelines.transforms:fetch_step",
         applies=lambda spec, settings: spec.images,
+    ),
+    Stage(
+        "exclude_seen_images",
+        "images whose bytes another build kept under another URL (--exclude-seen) removed",
+        beam="pipelines.dedup_text:exclude_seen_step",
+        reasons=(SEEN_IN_BLEND,),
+        applies=lambda spec, settings: spec.images and bool(seen_builds(settings)),
     ),
     Stage(
         "clip",
@@ -70,6 +106,11 @@ STAGES = (
         "layout",
         "the corpus's layout: records with their images as the shards hold them",
         spec_core="layout",
+    ),
+    Stage(
+        "dedup_index",
+        "the build's hash index beside the manifest: kept images' sha256 and URLs, texts' hashes",
+        beam="pipelines.dedup_text:index_step",
     ),
     Stage(
         "pack",

@@ -20,6 +20,12 @@ SECTIONS = [
     "Corpus options: mmc4, mmc4-pairs, mmc4-reordered",
     "Corpus options: mmc4, mmc4-reordered",
     "Corpus options: wit",
+    "Stage decontaminate_text: texts sharing a 13-word n-gram with an evaluation text "
+    "(--decontaminate) removed",
+    "Stage exclude_seen: texts and image URLs another build kept (--exclude-seen) removed, "
+    "before any download",
+    "Stage dedup_text: duplicate texts removed (exact or MinHash near duplicates); the "
+    "smallest id kept",
     "Runner (Beam)",
     "Other options",
 ]

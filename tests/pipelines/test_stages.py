@@ -71,15 +71,16 @@ def toy_stage(tmp_path, monkeypatch) -> dict[str, str]:
 
 def test_a_plugin_stage_runs_where_it_says(toy_stage):
     names = [stage.name for stage in stages.all_stages()]
-    assert names == ["read", "filter", "regex", "spread", "select", "fetch", "clip", "layout",
-                     "pack"]  # fmt: skip
+    assert names == ["read", "filter", "regex", "spread", "select", "decontaminate_text",
+                     "exclude_seen", "dedup_text", "fetch", "exclude_seen_images", "clip",
+                     "layout", "dedup_index", "pack"]  # fmt: skip
     assert "drop_matching" in stages.options()
     settings = corpus_settings("mmc4-pairs", ("d.jsonl",), "out", drop_matching="x")
-    assert settings.stage_options == {"drop_matching": "x"}
+    assert settings.stage_options["drop_matching"] == "x"
     from corpora.config import catalog
 
     active = [s.name for s in stages.active(catalog.get("mmc4-pairs"), settings)]
-    assert active == ["read", "regex", "spread", "fetch", "pack"]
+    assert active == ["read", "regex", "spread", "fetch", "dedup_index", "pack"]
     without = corpus_settings("mmc4-pairs", ("d.jsonl",), "out")
     assert "regex" not in [s.name for s in stages.active(catalog.get("mmc4-pairs"), without)]
 
@@ -107,7 +108,7 @@ def test_the_generic_wrapper_routes_a_cores_drops_under_its_name():
 
 
 def test_stage_entries_list_every_stage_run_with_its_drops_and_report():
-    read, fetch = stages.STAGES[0], stages.STAGES[4]
+    read, fetch = stages.STAGES[0], next(s for s in stages.STAGES if s.name == stages.FETCH)
     entries = stage_entries(
         (read, fetch),
         [(("fetch", "http_404"), 1), (("read", "bad_json"), 2), (("fetch", "http_404"), 3)],
@@ -145,10 +146,10 @@ def test_a_toy_stage_runs_in_build_and_fetch_with_its_flag_and_its_drops(tmp_pat
     assert manifest["funnel"]["input"] == 10 and manifest["funnel"]["kept"] == 5
     assert manifest["funnel"]["dropped"] == {"text_matches_pattern": 5}
     assert [entry["name"] for entry in manifest["stages"]] == [
-        "read", "regex", "spread", "fetch", "pack"]  # fmt: skip
+        "read", "regex", "spread", "fetch", "dedup_index", "pack"]  # fmt: skip
     regex = next(entry for entry in manifest["stages"] if entry["name"] == "regex")
     assert regex["dropped"] == {"text_matches_pattern": 5}
-    assert manifest["settings"]["stage_options"] == {"drop_matching": f"^{first}"}
+    assert manifest["settings"]["stage_options"]["drop_matching"] == f"^{first}"
     with open(os.path.join(output, "stats.json"), encoding="utf-8") as handle:
         funnel = json.load(handle)["funnel"]
     assert "text_matches_pattern" in json.dumps(funnel)

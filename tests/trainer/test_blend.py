@@ -11,7 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.blend import BlendError, DataSpec, Mix, check_blend, resolve_source
+from corpora.dedup.index import INDEX, write_index
+from trainer.blend import (
+    BlendError,
+    DataSpec,
+    Mix,
+    blend_overlaps,
+    check_blend,
+    resolve_source,
+)
 from trainer.loader import Loader, data_config
 from trainer.stream import DataError
 
@@ -45,6 +53,25 @@ def test_a_source_is_a_build_a_manifest_or_shard_urls(builds):
     url = "file://" + os.path.join(builds.pairs, "mmc4-pairs-000007.tar")
     assert resolve_source(url).shards[0].samples == 3
     assert not resolve_source(builds.c4).holds_images
+
+
+def test_blended_builds_that_kept_the_same_images_or_texts_are_named(builds, tmp_path):
+    one, two, three = (tmp_path / name for name in ("one", "two", "three"))
+    for build in (one, two, three):
+        shutil.copytree(builds.pairs, build)
+    with open(one / INDEX, "wb") as out:
+        write_index(out, [("image_url", "http://x/1.jpg"), ("text", "t1"), ("text", "t2")])
+    with open(two / INDEX, "wb") as out:
+        write_index(out, [("image_url", "http://x/1.jpg"), ("text", "t2"), ("text", "t3")])
+    with open(three / INDEX, "wb") as out:
+        write_index(out, [("image_sha256", "s9")])
+    sources = [resolve_source(str(build)) for build in (one, two, three)]
+    assert blend_overlaps(sources) == [
+        f"{one} and {two} overlap: 1 image_url, 1 text kept by both "
+        "(build one with --exclude-seen the other)"
+    ]
+    (three / INDEX).unlink()  # a build made before the index: left out
+    assert len(blend_overlaps(sources)) == 1
 
 
 def test_unreadable_sources_name_what_is_wrong(builds, tmp_path):

@@ -25,16 +25,18 @@ def test_each_corpus_runs_the_stages_that_apply_to_it():
         settings = corpus_settings(corpus, ("x",), "out", **given)
         return _names(stages.active(catalog.get(corpus), settings))
 
-    assert active("c4") == ["read", "spread", "pack"]  # no image stage for text
-    assert active("mmc4") == ["read", "filter", "spread", "fetch", "layout", "pack"]
-    assert active("mmc4-pairs") == ["read", "spread", "fetch", "pack"]
+    assert active("c4") == ["read", "spread", "dedup_index", "pack"]  # no image stage for text
+    assert active("mmc4") == ["read", "filter", "spread", "fetch", "layout", "dedup_index", "pack"]
+    assert active("mmc4-pairs") == ["read", "spread", "fetch", "dedup_index", "pack"]
+    assert active("c4", dedup_text="near")[:3] == ["read", "spread", "dedup_text"]
     assert active("coyo", top_fraction=0.5)[:5] == ["read", "filter", "spread", "select", "fetch"]
     assert "select" not in active("coyo")
 
 
 def test_fetch_runs_the_prefix_of_the_list_through_the_fetch():
     assert _names(stages.through(stages.FETCH, stages.STAGES)) == [
-        "read", "filter", "spread", "select", "fetch"]  # fmt: skip
+        "read", "filter", "spread", "select", "decontaminate_text", "exclude_seen", "dedup_text",
+        "fetch"]  # fmt: skip
     with pytest.raises(StageError, match="no stage fetch among read, spread, pack"):
         stages.through(stages.FETCH, (stages.STAGES[0], stages.STAGES[2], stages.STAGES[-1]))
 

@@ -1,0 +1,208 @@
+"""A build's hash index, and what another build already kept (``--exclude-seen``).
+
+Every build writes ``dedup_index.parquet`` beside its manifest: one row per
+distinct key of what it kept, ``kind`` and ``value``, sorted (the same bytes
+for the same kept records, whatever the runner):
+
+- ``image_sha256``: the sha256 of each kept image's bytes as the shards hold
+  them (after the resize: two builds at one image size agree);
+- ``image_source_sha256``: the sha256 of the body the server sent, where the
+  fetch kept it (``meta["source_sha256"]``, the exact image rule's key):
+  builds at other image sizes agree on it;
+- ``image_url``: each kept image's URL;
+- ``text``: the normalised text hash (:func:`corpora.dedup.text.text_hash`)
+  of each kept record's text.
+
+``--exclude-seen BUILD`` reads another build's index (:class:`Seen`); the
+stage ``seen_in_blend`` then drops a record whose text that build kept, or
+whose image it kept (a pair), and takes such an image out of a document
+(counted in ``images_removed``), before anything is downloaded; after the
+fetch, an image whose bytes it kept is taken out the same way::
+
+    >>> from corpora.record import Document, ImageChunk, TextChunk
+    >>> image = ImageChunk("http://x/1.jpg", sha256="ab")
+    >>> kept = Document("a", "coyo", (image, TextChunk("A cat.")))
+    >>> sorted(index_rows(kept))  # doctest: +NORMALIZE_WHITESPACE
+    [('image_sha256', 'ab'), ('image_url', 'http://x/1.jpg'),
+     ('text', '6eda1d6f0337894464a66e34f5d33507')]
+    >>> seen = Seen.from_rows(index_rows(kept))
+    >>> exclude_seen(Document("b", "coyo", (ImageChunk(image.url), TextChunk("A dog."))), seen)
+    Drop(reason='seen_in_blend', record_id='b', detail='image http://x/1.jpg', count=1, url=None)
+    >>> doc = Document("c", "mmc4", (ImageChunk("http://x/1.jpg"), TextChunk("One."),
+    ...                              ImageChunk("http://x/2.jpg"), TextChunk("Two.")))
+    >>> left = exclude_seen(doc, seen, pairs=False)
+    >>> [c.url for c in left.images], left.meta["images_removed"]
+    (['http://x/2.jpg'], {'seen_in_blend': 1})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import io
+from typing import TYPE_CHECKING, BinaryIO, Iterable, Iterator, Sequence
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from corpora.config import catalog
+from corpora.config.spec import Option
+from corpora.dedup.text import record_text, text_hash
+from corpora.record import Document, Drop, ImageChunk
+
+if TYPE_CHECKING:
+    from corpora.config.settings import BuildSettings
+
+INDEX = "dedup_index.parquet"
+SEEN_IN_BLEND = "seen_in_blend"
+IMAGE_SHA256, IMAGE_SOURCE_SHA256 = "image_sha256", "image_source_sha256"
+IMAGE_URL, TEXT = "image_url", "text"
+KINDS = (IMAGE_SHA256, IMAGE_SOURCE_SHA256, IMAGE_URL, TEXT)
+# the key the fetch stage keeps the body's sha256 under (corpora.dedup.images.SOURCE_SHA256)
+_SOURCE_SHA256 = "source_sha256"
+_SCHEMA = pa.schema([("kind", pa.string()), ("value", pa.string())])
+
+
+def index_rows(document: Document) -> Iterator[tuple[str, str]]:
+    """The index's (kind, value) rows of one kept record."""
+    for image in document.images:
+        if image.sha256:
+            yield IMAGE_SHA256, image.sha256
+        if image.meta.get(_SOURCE_SHA256):
+            yield IMAGE_SOURCE_SHA256, image.meta[_SOURCE_SHA256]
+        yield IMAGE_URL, image.url
+    text = record_text(document)
+    if text.strip():
+        yield TEXT, text_hash(text)
+
+
+def write_index(stream: BinaryIO, rows: Iterable[tuple[str, str]]) -> int:
+    """Write the distinct ``rows`` sorted as one parquet; returns how many."""
+    unique = sorted(set(rows))
+    table = pa.table(
+        {"kind": [kind for kind, _ in unique], "value": [value for _, value in unique]},
+        schema=_SCHEMA,
+    )
+    pq.write_table(table, stream, compression="zstd")
+    return len(unique)
+
+
+@dataclasses.dataclass(frozen=True)
+class Seen:
+    """What other builds kept: image sha256s, image URLs, text hashes."""
+
+    image_sha256: frozenset[str] = frozenset()
+    image_source_sha256: frozenset[str] = frozenset()
+    image_url: frozenset[str] = frozenset()
+    text: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[tuple[str, str]]) -> "Seen":
+        found: dict[str, set[str]] = {kind: set() for kind in KINDS}
+        for kind, value in rows:
+            if kind in found:
+                found[kind].add(value)
+        return cls(**{kind: frozenset(values) for kind, values in found.items()})
+
+    @classmethod
+    def read(cls, streams: Iterable[BinaryIO]) -> "Seen":
+        return cls.from_rows(row for stream in streams for row in read_index(stream))
+
+    def __len__(self) -> int:
+        return sum(len(getattr(self, kind)) for kind in KINDS)
+
+    def image_seen(self, image: ImageChunk) -> bool:
+        return (
+            image.url in self.image_url
+            or (image.sha256 is not None and image.sha256 in self.image_sha256)
+            or image.meta.get(_SOURCE_SHA256) in self.image_source_sha256
+        )
+
+
+def read_index(stream: BinaryIO) -> Iterator[tuple[str, str]]:
+    table = pq.read_table(io.BytesIO(stream.read()))
+    return zip(table.column("kind").to_pylist(), table.column("value").to_pylist())
+
+
+def exclude_seen(document: Document, seen: Seen, pairs: bool = True) -> Document | Drop:
+    """``document`` less what another build kept: dropped when its text was kept,
+    or (``pairs``: a one-image record) its image; otherwise its seen images removed."""
+    if seen.text:
+        text = record_text(document)
+        if text.strip() and text_hash(text) in seen.text:
+            return Drop(SEEN_IN_BLEND, document.id, detail="text")
+    seen_images = [chunk for chunk in document.images if seen.image_seen(chunk)]
+    if not seen_images:
+        return document
+    if pairs:
+        return Drop(SEEN_IN_BLEND, document.id, detail=f"image {seen_images[0].url}")
+    kept = tuple(c for c in document.chunks if not (c.kind == "image" and seen.image_seen(c)))
+    removed = dict(document.meta.get("images_removed") or {})
+    removed[SEEN_IN_BLEND] = removed.get(SEEN_IN_BLEND, 0) + len(seen_images)
+    return document.replace(chunks=kept).with_meta(images_removed=removed)
+
+
+def overlap(one: Seen, two: Seen) -> dict[str, int]:
+    """How many keys of each kind two builds share (``corpora train data`` warns on any).
+
+    >>> overlap(Seen(image_url=frozenset({"u", "v"})), Seen(image_url=frozenset({"v"})))
+    {'image_sha256': 0, 'image_source_sha256': 0, 'image_url': 1, 'text': 0}
+    """
+    return {kind: len(getattr(one, kind) & getattr(two, kind)) for kind in KINDS}
+
+
+def index_path(build: str) -> str:
+    """Where a build's index is: ``BUILD/dedup_index.parquet`` (local or a URL)."""
+    return f"{build.rstrip('/')}/{INDEX}"
+
+
+def _check_builds(builds: tuple[str, ...]) -> str | None:
+    for build in builds:
+        fs, root = fsspec.core.url_to_fs(index_path(build))
+        if not fs.exists(root):
+            return f"--exclude-seen {build}: no {INDEX} there (a build made by corpora build)"
+    return None
+
+
+EXCLUDE_SEEN = Option(
+    "exclude_seen",
+    tuple,
+    None,
+    "builds whose kept images (URL, sha256) and texts this build leaves out (a blend "
+    "that shares nothing): their dedup_index.parquet is read (repeatable).",
+    check=_check_builds,
+    repeatable=True,
+)
+
+
+def seen_builds(settings: "BuildSettings") -> tuple[str, ...]:
+    return tuple(settings.stage_options.get(EXCLUDE_SEEN.name) or ())
+
+
+@functools.lru_cache(maxsize=4)
+def load_seen(builds: tuple[str, ...]) -> Seen:
+    """What ``builds`` kept, read once per process from their indexes."""
+    rows = []
+    for build in builds:
+        with fsspec.open(index_path(build), "rb") as stream:
+            rows.extend(read_index(stream))
+    return Seen.from_rows(rows)
+
+
+def exclude_seen_stage(document: Document, settings: "BuildSettings") -> Document | Drop:
+    """The stage's core: ``document`` less what the ``--exclude-seen`` builds kept
+    (a pair corpus drops the record; a document loses the image)."""
+    pairs = catalog.get(settings.corpus).drop_on_image_failure
+    return exclude_seen(document, load_seen(seen_builds(settings)), pairs=pairs)
+
+
+def seen_report(builds: Sequence[str]) -> dict:
+    """The manifest's report of ``--exclude-seen``: each build's index and its sha256."""
+    entries = []
+    for build in builds:
+        with fsspec.open(index_path(build), "rb") as stream:
+            entries.append({"build": build, "sha256": hashlib.sha256(stream.read()).hexdigest()})
+    seen = load_seen(tuple(builds))
+    return {"builds": entries, "seen": {kind: len(getattr(seen, kind)) for kind in KINDS}}

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import io
+
+from corpora.dedup.index import (
+    SEEN_IN_BLEND,
+    Seen,
+    exclude_seen,
+    index_rows,
+    overlap,
+    read_index,
+    write_index,
+)
+from corpora.record import Document, Drop, ImageChunk, TextChunk
+
+
+def _pair(rid, url, sha, text):
+    return Document(rid, "coyo", (ImageChunk(url, sha256=sha), TextChunk(text)))
+
+
+def test_index_is_sorted_distinct_and_the_same_bytes_for_any_order():
+    docs = [_pair("a", "http://x/1", "s1", "One"), _pair("b", "http://x/1", "s1", "Two")]
+    rows = [row for doc in docs for row in index_rows(doc)]
+    one, two = io.BytesIO(), io.BytesIO()
+    assert write_index(one, rows) == 4  # a sha256, a URL, two texts
+    write_index(two, list(reversed(rows)))
+    assert one.getvalue() == two.getvalue()
+    one.seek(0)
+    assert sorted(read_index(one)) == sorted(set(rows))
+
+
+def test_exclude_seen_drops_pairs_and_removes_images_from_documents():
+    seen = Seen.from_rows(index_rows(_pair("a", "http://x/1", "s1", "Kept text")))
+    assert isinstance(exclude_seen(_pair("b", "http://y/9", "s1", "Other"), seen), Drop)  # bytes
+    assert exclude_seen(_pair("c", "http://y/9", None, "KEPT  text!"), seen).detail == "text"
+    fresh = _pair("d", "http://y/8", "s8", "New")
+    assert exclude_seen(fresh, seen) is fresh
+    doc = Document("e", "mmc4", (ImageChunk("http://x/1"), TextChunk("Only text left.")))
+    left = exclude_seen(doc, seen, pairs=False)
+    assert left.images == [] and left.meta["images_removed"] == {SEEN_IN_BLEND: 1}
+
+
+def test_overlap_counts_each_kind():
+    one = Seen.from_rows(index_rows(_pair("a", "u1", "s1", "t")))
+    two = Seen.from_rows(index_rows(_pair("b", "u2", "s1", "t")))
+    assert overlap(one, two) == {
+        "image_sha256": 1,
+        "image_source_sha256": 0,
+        "image_url": 0,
+        "text": 1,
+    }
