@@ -108,7 +108,9 @@ def _first_line(exc: Exception) -> str:
 
 # How a worker's InputError reads in the text a runner sends back, and the
 # step Beam appends to an exception's message.
-_REPORTED = re.compile(r"corpora\.inputs\.InputError: (.+)$", re.MULTILINE)
+_REPORTED = re.compile(
+    re.escape(f"{InputError.__module__}.{InputError.__qualname__}") + r": (.+)$", re.MULTILINE
+)
 _STEP = re.compile(r" \[while running '[^\n]*'\]$")
 
 
