@@ -292,6 +292,17 @@ class BatchStream:
         self.too_long = 0  # documents no cut fits into the packed rows
         self._pulled: list[tuple[int, reader.Sample]] = []
 
+    def _decoded_images(self, source, sample) -> list | None:
+        """``sample``'s images decoded; ``None`` where a stored image does not
+        decode: the sample is taken back from the blend, counted and logged."""
+        try:
+            return [load_image(data, self.image_size) for data in sample.images]
+        except Exception as exc:
+            self.blend.retract(source, sample)
+            self.undecodable += 1
+            log.warning("%s: skipped sample %s: %s", sample.url, sample.key, _reason(exc))
+            return None
+
     def next_batch(self) -> tuple[dict[str, np.ndarray], list[tuple[int, reader.Sample]]]:
         """The next batch's arrays and the ``(source, sample)`` it holds (packed PrefixLM:
         the samples read for it)."""
@@ -305,12 +316,8 @@ class BatchStream:
                 sample = self._with_targets(source, sample)
                 if sample is None:
                     continue
-            try:
-                images = [load_image(data, self.image_size) for data in sample.images]
-            except Exception as exc:  # a stored image that does not decode
-                self.blend.retract(source, sample)
-                self.undecodable += 1
-                log.warning("%s: skipped sample %s: %s", sample.url, sample.key, _reason(exc))
+            images = self._decoded_images(source, sample)
+            if images is None:
                 continue
             picks.append((source, sample))
             decoded.append(dataclasses.replace(sample, images=images))
@@ -373,12 +380,8 @@ class BatchStream:
             sample = self._with_targets(source, sample)  # type: ignore[assignment]
             if sample is None:
                 continue
-            try:
-                images = [load_image(data, self.image_size) for data in sample.images]
-            except Exception as exc:  # a stored image that does not decode
-                self.blend.retract(source, sample)
-                self.undecodable += 1
-                log.warning("%s: skipped sample %s: %s", sample.url, sample.key, _reason(exc))
+            images = self._decoded_images(source, sample)
+            if images is None:
                 continue
             rng = _seeded((self.config.seed, self.consumer, self.samples_cut), 3)
             self.samples_cut += 1
