@@ -1,0 +1,353 @@
+"""The image dedup rules as Beam steps (the rules: :mod:`corpora.dedup.images`).
+
+Every step takes the build's batches of records and returns the batches
+kept; no step holds every hash in one place:
+
+- :class:`ExactImages`: occurrences grouped by key (URL before the fetch,
+  sha256 after it), each group decided alone (``duplicate_image``,
+  ``image_repeated``);
+- :class:`NearImages`: perceptual hashes filed under their LSH bands
+  (:mod:`corpora.dedup.lsh`), each bucket compared alone; the near pairs
+  joined into clusters by :data:`ROUNDS` rounds of min-label propagation
+  (each a join and a combine by node), evaluation images matched in the
+  same buckets (``near_duplicate_image``, ``eval_contamination``).
+
+What leaves is applied to the batches through a side input of the removals
+only (record id → positions): the records themselves, which hold image
+bytes after the fetch, never cross a shuffle here. Every decision depends on
+record ids and hashes only, so the output is the same whatever the runner,
+the batches and the worker count.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from corpora.dedup import images as rules
+from corpora.dedup.lsh import band_keys, near_pairs
+from corpora.dedup.phash import phash_hex
+from corpora.record import Document, Drop
+from pipelines.transforms import DROPPED, NAMESPACE, route_batch
+
+# Rounds of min-label propagation: a cluster whose members are at most this
+# many near pairs (+1) from its smallest member is joined whole. Near-duplicate
+# clusters are stars around one photo; the report says whether labels still moved.
+ROUNDS = 6
+TOP = 8  # the most repeated images in a report
+CLUSTERS = 4  # the largest near-duplicate clusters in a report, ...
+CLUSTER_MEMBERS = 4  # ... with at most this many members each
+
+
+class ApplyRemovals(beam.DoFn):
+    """A batch with the removals of its records applied (drops to ``dropped``)."""
+
+    def __init__(self, stage: str, drop_document: bool):
+        self._stage = stage
+        self._drop_document = drop_document
+
+    def process(self, batch: list[Document], entries) -> Iterator:
+        results = []
+        for doc in batch:
+            found = entries[doc.id]  # a multimap: empty for a record without removals
+            result = rules.apply_removals(doc, found, self._drop_document)
+            if result is not doc and not isinstance(result, Drop):
+                removed = dict(result.meta.get("images_removed") or {})
+                before = dict(doc.meta.get("images_removed") or {})
+                for reason in rules.REASONS:
+                    count = removed.get(reason, 0) - before.get(reason, 0)
+                    if count:
+                        Metrics.counter(NAMESPACE, f"{self._stage}.{reason}").inc(count)
+            results.append(result)
+        yield from route_batch(results, self._stage)
+
+
+def _thumbnails(batch: list[Document], wanted: dict) -> Iterator[tuple]:
+    for doc in batch:
+        for position, image in enumerate(doc.images):
+            if (doc.id, position) in wanted and image.data is not None:
+                yield (doc.id, position), (image.url, rules.thumbnail(image.data))
+
+
+def _removed_counts(entries: beam.PCollection, label: str) -> beam.PCollection:
+    return (
+        entries
+        | f"{label}Reasons"
+        >> beam.FlatMap(lambda e: [(e[1][1], 1)] if isinstance(e[1][1], str) else [])
+        | f"{label}SumReasons" >> beam.CombinePerKey(sum)
+    )
+
+
+class ExactImages(beam.PTransform):
+    """``duplicate_image`` and ``image_repeated`` by one key (``"url"`` or
+    ``"bytes"``). Returns ``{"docs", "dropped", "report"}``; the report is one
+    dict: images removed by reason and the most repeated images (with
+    thumbnails when the records hold bytes)."""
+
+    def __init__(self, name: str, key: str, dedup: bool, max_repeats, drop_document: bool):
+        super().__init__()
+        self._name = name
+        self._key = key
+        self._dedup = dedup
+        self._max_repeats = max_repeats
+        self._drop_document = drop_document
+
+    def expand(self, batches):
+        name, dedup, max_repeats = self._name, self._dedup, self._max_repeats
+        key_of: Callable = rules.url_key if self._key == "url" else rules.bytes_key
+        groups = (
+            batches
+            | f"{name}Occurrences"
+            >> beam.FlatMap(lambda batch: [o for d in batch for o in rules.occurrences(d, key_of)])
+            | f"{name}ByKey" >> beam.GroupByKey()
+        )
+        removals = groups | f"{name}Decide" >> beam.FlatMap(_decided, dedup, max_repeats)
+        entries = [removals]
+        if self._key == "url":  # the copy kept counts the documents of the others
+            entries.append(
+                groups
+                | f"{name}Counted"
+                >> beam.FlatMap(lambda kv: [(r, (p, n)) for r, p, n in _kept(kv[1])])
+            )
+        entries = tuple(entries) | f"{name}Entries" >> beam.Flatten()
+        applied = batches | f"{name}Apply" >> beam.ParDo(
+            ApplyRemovals(name, self._drop_document), beam.pvalue.AsMultiMap(entries)
+        ).with_outputs(DROPPED, main="docs")
+        top = (
+            groups
+            | f"{name}Repeats"
+            >> beam.Map(lambda kv: (rules.documents_of(kv[1]), kv[0], min(kv[1])))
+            | f"{name}Top" >> beam.combiners.Top.Of(TOP, key=lambda t: (t[0], _reverse(t[1])))
+        )
+        wanted = top | f"{name}Wanted" >> beam.Map(
+            lambda found: {(o.record_id, o.position) for n, _, o in found if n > 1}
+        )
+        thumbs = batches | f"{name}Thumbnails" >> beam.FlatMap(
+            _thumbnails, wanted=beam.pvalue.AsSingleton(wanted)
+        )
+        report = (
+            batches.pipeline
+            | f"{name}Finish" >> beam.Create([None])
+            | f"{name}Report"
+            >> beam.Map(
+                _exact_report,
+                key=self._key,
+                removed=beam.pvalue.AsList(_removed_counts(removals, name)),
+                top=beam.pvalue.AsSingleton(top),
+                thumbs=beam.pvalue.AsList(thumbs),
+            )
+        )
+        return {"docs": applied.docs, "dropped": applied[DROPPED], "report": report}
+
+
+def _decided(item, dedup: bool, max_repeats) -> list:
+    return [(r, (p, why)) for r, p, why in rules.decide_exact(item[1], dedup, max_repeats)]
+
+
+def _kept(group) -> list:
+    found = rules.kept_documents(group)
+    return [found] if found is not None else []
+
+
+def _reverse(text: str) -> tuple:
+    """A key that sorts ``text`` descending, so Top's ties go to the smallest key."""
+    return tuple(-ord(c) for c in text) + (1,)
+
+
+def _exact_report(_, key, removed, top, thumbs) -> dict:
+    thumbnails = dict(thumbs)
+    repeated = []
+    for documents, value, first in sorted(top, key=lambda t: (-t[0], t[1])):
+        if documents < 2:
+            continue
+        entry = {key if key == "url" else "sha256": value, "documents": documents}
+        found = thumbnails.get((first.record_id, first.position))
+        if found is not None:
+            entry["url"], entry["thumbnail"] = found
+        repeated.append(entry)
+    return {"removed": dict(sorted(removed)), "most_repeated": repeated}
+
+
+def _pairs_in_bucket(item, radius: int, near: bool) -> Iterator[tuple]:
+    """A bucket's near pairs between images (``("edge", (a, b))``, with ``near``)
+    and an image's hit on an evaluation image (``("eval", node)``)."""
+    (band, _), members = item
+    members = list(members)
+    # an evaluation image's node is ("", index): no record id is empty
+    for a, b in near_pairs(members, radius, band):
+        if a[0] == "" and b[0] == "":
+            continue
+        if a[0] == "" or b[0] == "":
+            yield "eval", (b if a[0] == "" else a)
+        elif near:
+            yield "edge", (a, b)
+
+
+class NearImages(beam.PTransform):
+    """``near_duplicate_image`` (with ``near``) and ``eval_contamination``
+    (with ``eval_hashes``) on the perceptual hashes the fetch stage added.
+    Returns ``{"docs", "dropped", "report"}``."""
+
+    def __init__(
+        self,
+        name: str,
+        radius: int,
+        near: bool,
+        drop_document: bool,
+        eval_hashes: tuple[int, ...] = (),
+        sources: tuple[dict, ...] = (),
+    ):
+        super().__init__()
+        self._name, self._radius, self._near = name, radius, near
+        self._drop_document = drop_document
+        self._eval_hashes, self._sources = tuple(eval_hashes), tuple(sources)
+
+    def expand(self, batches):
+        name, radius, near = self._name, self._radius, self._near
+        pipeline = batches.pipeline
+        nodes = batches | f"{name}Hashes" >> beam.FlatMap(
+            lambda batch: [
+                ((doc.id, position), image.meta[rules.PHASH])
+                for doc in batch
+                for position, image in enumerate(doc.images)
+                if image.meta.get(rules.PHASH) is not None
+            ]
+        )
+        evals = pipeline | f"{name}EvalHashes" >> beam.Create(
+            [(("", index), value) for index, value in enumerate(self._eval_hashes)]
+        )
+        found = (
+            (nodes, evals)
+            | f"{name}AllHashes" >> beam.Flatten()
+            | f"{name}Bands"
+            >> beam.FlatMap(lambda node: [(band, node) for band in band_keys(node[1], radius)])
+            | f"{name}Buckets" >> beam.GroupByKey()
+            | f"{name}Pairs" >> beam.FlatMap(_pairs_in_bucket, radius=radius, near=near)
+        )
+        hits = (
+            found
+            | f"{name}Hits" >> beam.FlatMap(lambda f: [f[1]] if f[0] == "eval" else [])
+            | f"{name}OneHit" >> beam.Distinct()
+            | f"{name}HitEntries"
+            >> beam.Map(lambda node: (node[0], (node[1], rules.EVAL_CONTAMINATION)))
+        )
+        edges = found | f"{name}Edges" >> beam.FlatMap(lambda f: [f[1]] if f[0] == "edge" else [])
+        labels, moved = _components(edges, name)
+        near_entries = labels | f"{name}NearEntries" >> beam.FlatMap(
+            lambda kv: [(r, (p, why)) for r, p, why in rules.near_removals([kv])]
+        )
+        entries = (hits, near_entries) | f"{name}Entries" >> beam.Flatten()
+        applied = batches | f"{name}Apply" >> beam.ParDo(
+            ApplyRemovals(name, self._drop_document), beam.pvalue.AsMultiMap(entries)
+        ).with_outputs(DROPPED, main="docs")
+        clusters = (
+            labels
+            | f"{name}ByLabel" >> beam.Map(lambda kv: (kv[1], kv[0]))
+            | f"{name}Clusters" >> beam.GroupByKey()
+            | f"{name}Sized" >> beam.Map(lambda kv: (len(kv[1]), kv[0], sorted(kv[1])))
+        )
+        largest = clusters | f"{name}Largest" >> beam.combiners.Top.Of(
+            CLUSTERS, key=lambda c: (c[0], _reverse_node(c[1]))
+        )
+        sizes = clusters | f"{name}CountClusters" >> beam.combiners.Count.Globally()
+        wanted = largest | f"{name}Wanted" >> beam.Map(
+            lambda top: {m for _, _, members in top for m in members[:CLUSTER_MEMBERS]}
+        )
+        thumbs = batches | f"{name}Thumbnails" >> beam.FlatMap(
+            _thumbnails, wanted=beam.pvalue.AsSingleton(wanted)
+        )
+        report = (
+            pipeline
+            | f"{name}Finish" >> beam.Create([None])
+            | f"{name}Report"
+            >> beam.Map(
+                _near_report,
+                radius=radius,
+                sources=self._sources,
+                removed=beam.pvalue.AsList(_removed_counts(entries, name)),
+                largest=beam.pvalue.AsSingleton(largest),
+                clusters=beam.pvalue.AsSingleton(sizes),
+                moved=beam.pvalue.AsSingleton(moved),
+                thumbs=beam.pvalue.AsList(thumbs),
+            )
+        )
+        return {"docs": applied.docs, "dropped": applied[DROPPED], "report": report}
+
+
+def _reverse_node(node: tuple[str, int]) -> tuple:
+    return _reverse(node[0]) + (-node[1],)
+
+
+def _components(edges: beam.PCollection, name: str):
+    """Each node of ``edges`` with its cluster's smallest node, after
+    :data:`ROUNDS` rounds; and how many labels the last round still moved (0:
+    every cluster is whole)."""
+    adjacent = edges | f"{name}BothWays" >> beam.FlatMap(lambda e: [(e[0], e[1]), (e[1], e[0])])
+    labels = (
+        adjacent
+        | f"{name}Label0" >> beam.Map(lambda kv: (kv[0], min(kv[0], kv[1])))
+        | f"{name}Min0" >> beam.CombinePerKey(min)
+    )
+    previous = labels
+    for round_ in range(1, ROUNDS + 1):
+        previous = labels
+        labels = (
+            {"label": labels, "adjacent": adjacent}
+            | f"{name}Join{round_}" >> beam.CoGroupByKey()
+            | f"{name}Spread{round_}" >> beam.FlatMap(_spread_label)
+            | f"{name}Min{round_}" >> beam.CombinePerKey(min)
+        )
+    moved = (
+        {"before": previous, "after": labels}
+        | f"{name}Compare" >> beam.CoGroupByKey()
+        | f"{name}Moved" >> beam.Map(lambda kv: int(list(kv[1]["before"]) != list(kv[1]["after"])))
+        | f"{name}SumMoved" >> beam.CombineGlobally(sum)
+    )
+    return labels, moved
+
+
+def _spread_label(item) -> Iterator[tuple]:
+    node, joined = item
+    label = min(joined["label"])
+    yield node, label
+    for neighbour in joined["adjacent"]:
+        yield neighbour, label
+
+
+def _near_report(_, radius, sources, removed, largest, clusters, moved, thumbs) -> dict:
+    thumbnails = dict(thumbs)
+    shown = []
+    for size, label, members in sorted(largest, key=lambda c: (-c[0], c[1])):
+        shown.append(
+            {
+                "size": size,
+                "kept": {"record_id": label[0], "position": label[1]},
+                "members": [
+                    {
+                        "record_id": m[0],
+                        "position": m[1],
+                        **(
+                            {"url": thumbnails[m][0], "thumbnail": thumbnails[m][1]}
+                            if m in thumbnails
+                            else {}
+                        ),
+                    }
+                    for m in members[:CLUSTER_MEMBERS]
+                ],
+            }
+        )
+    report = {
+        "radius": radius,
+        "removed": dict(sorted(removed)),
+        "clusters": clusters,
+        "largest_clusters": shown,
+        "clusters_whole": moved == 0,
+    }
+    if sources:
+        report["decontaminate"] = list(sources)
+    return report
+
+
+__all__ = ["ApplyRemovals", "ExactImages", "NearImages", "ROUNDS", "phash_hex"]
