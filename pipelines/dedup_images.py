@@ -174,7 +174,8 @@ def _pairs_in_bucket(item, radius: int, near: bool) -> Iterator[tuple]:
     """A bucket's near pairs between images (``("edge", (a, b))``, with ``near``)
     and an image's hit on an evaluation image (``("eval", node)``)."""
     (band, _), members = item
-    members = list(members)
+    # hashes cross as hex: Beam's integer coder stops at 2**63
+    members = [(node, int(value, 16)) for node, value in members]
     # an evaluation image's node is ("", index): no record id is empty
     for a, b in near_pairs(members, radius, band):
         if a[0] == "" and b[0] == "":
@@ -209,20 +210,20 @@ class NearImages(beam.PTransform):
         pipeline = batches.pipeline
         nodes = batches | f"{name}Hashes" >> beam.FlatMap(
             lambda batch: [
-                ((doc.id, position), image.meta[rules.PHASH])
+                ((doc.id, position), phash_hex(image.meta[rules.PHASH]))
                 for doc in batch
                 for position, image in enumerate(doc.images)
                 if image.meta.get(rules.PHASH) is not None
             ]
         )
         evals = pipeline | f"{name}EvalHashes" >> beam.Create(
-            [(("", index), value) for index, value in enumerate(self._eval_hashes)]
+            [(("", index), phash_hex(value)) for index, value in enumerate(self._eval_hashes)]
         )
         found = (
             (nodes, evals)
             | f"{name}AllHashes" >> beam.Flatten()
             | f"{name}Bands"
-            >> beam.FlatMap(lambda node: [(band, node) for band in band_keys(node[1], radius)])
+            >> beam.FlatMap(lambda node: [(b, node) for b in band_keys(int(node[1], 16), radius)])
             | f"{name}Buckets" >> beam.GroupByKey()
             | f"{name}Pairs" >> beam.FlatMap(_pairs_in_bucket, radius=radius, near=near)
         )
@@ -348,6 +349,3 @@ def _near_report(_, radius, sources, removed, largest, clusters, moved, thumbs) 
     if sources:
         report["decontaminate"] = list(sources)
     return report
-
-
-__all__ = ["ApplyRemovals", "ExactImages", "NearImages", "ROUNDS", "phash_hex"]
