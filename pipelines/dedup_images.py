@@ -349,3 +349,56 @@ def _near_report(_, radius, sources, removed, largest, clusters, moved, thumbs) 
     if sources:
         report["decontaminate"] = list(sources)
     return report
+
+
+# The steps of the stage list (corpora.stages): step(stage, batches, build) -> batches.
+
+
+def image_settings(build) -> rules.ImageDedupSettings:
+    return rules.ImageDedupSettings.from_options(build.settings.stage_options)
+
+
+def _exact_step(stage, batches, build, key: str):
+    settings = image_settings(build)
+    found = batches | stage.name >> ExactImages(
+        stage.name,
+        key,
+        settings.exact,
+        settings.max_repeats,
+        build.spec.drop_on_image_failure,
+    )
+    build.dropped(stage.name, found["dropped"])
+    build.report(stage.name, found["report"])
+    return found["docs"]
+
+
+def image_urls_step(stage, batches, build):
+    """Before the fetch: one record per image URL (``duplicate_image``) and no
+    URL in more than ``--max-image-repeats`` documents (``image_repeated``)."""
+    return _exact_step(stage, batches, build, "url")
+
+
+def image_bytes_step(stage, batches, build):
+    """After the fetch: one record per image body, by sha256, and the repeats
+    of a body under several URLs."""
+    return _exact_step(stage, batches, build, "bytes")
+
+
+def near_images_step(stage, batches, build):
+    """After the fetch and the exact steps: near duplicates (``--dedup-images
+    near``) and evaluation images (``--decontaminate`` folders and parquets)."""
+    from corpora.dedup.evaluation import is_image_source, read_eval_images
+
+    settings = image_settings(build)
+    sources = [read_eval_images(p) for p in settings.decontaminate if is_image_source(p)]
+    found = batches | stage.name >> NearImages(
+        stage.name,
+        settings.distance,
+        settings.near,
+        build.spec.drop_on_image_failure,
+        eval_hashes=tuple(h for source in sources for h in source.hashes),
+        sources=tuple(source.summary() for source in sources),
+    )
+    build.dropped(stage.name, found["dropped"])
+    build.report(stage.name, found["report"])
+    return found["docs"]
