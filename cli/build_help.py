@@ -13,6 +13,7 @@ from typing import Iterator
 
 import click
 
+from corpora import stages
 from corpora.config import catalog, flags
 from corpora.config.spec import CorpusSpec
 from pipelines.runners import RUNNER_FLAGS
@@ -40,6 +41,11 @@ def sections() -> list[tuple[str, tuple[str, ...]]]:
         ("Images: the image store and retries", (*RETRY_FLAGS, *flags.STORE_FLAGS)),
         ("CLIP scoring", ("clip_model", "clip_pretrained", *flags.CLIP_FLAGS)),
         *((f"Corpus options: {users}", tuple(names)) for users, names in by_users.items()),
+        *(
+            (f"Stage {stage.name}: {stage.summary}", stage.option_names)
+            for stage in stages.all_stages()
+            if stage.options
+        ),
         ("Runner (Beam)", RUNNER_FLAGS),
     ]
 

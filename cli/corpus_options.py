@@ -1,6 +1,8 @@
-"""The corpus options of ``corpora build``: one flag per option of the catalog's specs.
+"""The corpus and stage options of ``corpora build`` and ``corpora fetch``: one
+flag per option of the catalog's specs and of the stage list's stages.
 
-Nothing here names a corpus: a corpus added to the catalog brings its flags.
+Nothing here names a corpus or a stage: a corpus added to the catalog, or a
+stage added to the list (:mod:`corpora.stages`), brings its flags.
 An option named like one of the build's own flags (coyo's ``min_clip_sim``
 and ``max_aspect_ratio``) is set by that flag (see :mod:`corpora.config.flags`),
 whose help says so with :func:`help_for`.
@@ -12,6 +14,7 @@ from typing import Any
 
 import click
 
+from corpora import stages
 from corpora.config import catalog, flags
 from corpora.config.spec import Option
 
@@ -25,6 +28,16 @@ def corpus_options(command):
     return command
 
 
+def stage_options(command):
+    """Add a flag for every option of the stages of the list."""
+    for option in reversed(list(stages.options().values())):
+        stage = stages.option_stage(option.name)
+        command = click.option(
+            option.flag, option.name, **_click(option, f"{stage.name} stage: {option.help}")
+        )(command)
+    return command
+
+
 def help_for(name: str) -> str:
     """What the option ``name`` does and for which corpora: ``"coyo: keep rows …"``."""
     option = catalog.options()[name]
@@ -32,9 +45,10 @@ def help_for(name: str) -> str:
     return f"{', '.join(catalog.option_users(name))}: {option.help}{default}"
 
 
-def _click(option: Option) -> dict[str, Any]:
+def _click(option: Option, help: str | None = None) -> dict[str, Any]:
     # default None: a flag left out keeps the corpus's default (corpora.config.flags)
-    shown = {"help": help_for(option.name), "default": None}
+    default = "" if option.default in (None, False) else f" Default: {option.default}."
+    shown = {"help": help_for(option.name) if help is None else help + default, "default": None}
     if option.type is bool:
         return {**shown, "is_flag": True}
     if option.choices:

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import click
 
 from cli.common import CorpusName, UsageFailure, echo, pipeline_failed, usage_errors
-from cli.corpus_options import corpus_options
+from cli.corpus_options import corpus_options, stage_options
 from cli.fetch_options import fetch_options
 from cli.quiet import only_corpora_lines
 from corpora.config import catalog
@@ -61,6 +61,7 @@ from pipelines.workers import Zygote, warm_workers
     help="Fetch from loopback, private and link-local addresses (refused by default).",
 )
 @corpus_options
+@stage_options
 @fetch_options
 @click.argument("beam_args", nargs=-1, type=click.UNPROCESSED)
 def fetch(corpus, beam_args, workers, runner, **flags):

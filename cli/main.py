@@ -27,7 +27,7 @@ from cli.common import (
     terminated,
     usage_errors,
 )
-from cli.corpus_options import corpus_options, help_for
+from cli.corpus_options import corpus_options, help_for, stage_options
 from cli.fetch import fetch
 from cli.fetch_options import fetch_options
 from cli.quiet import configure_logging
@@ -214,6 +214,7 @@ def list_corpora() -> None:
     "is lower. Without it, " + help_for("min_clip_sim"),
 )
 @corpus_options
+@stage_options
 @click.option(
     "--clip-model",
     default=None,

@@ -1,45 +1,45 @@
-"""The per-corpus build pipeline.
+"""A build as its stage list (:mod:`corpora.stages`) on Beam, and its manifest.
 
-    read ─► metadata filter ─► spread over the workers ─► fetch images ─► layout
-      ─► tokenize ─► pack (:mod:`pipelines.packing`: plan per group, in key
-      order; number sequences globally; write shards) ─► manifest.json ─► stats.json
+    read ─► filter ─► spread ─► select ─► fetch ─► clip ─► layout ─► pack
+      ─► manifest.json ─► stats.json
 
-Records travel in batches (lists of a few hundred) from the read on, since
-Beam's cost is per element; the stages call the core on each record of a
-batch. The batches are spread over every worker right after the read (the
-metadata filter runs fused with it), so one large input file is fetched and
+:func:`build_pipeline` applies every stage that applies to the corpus and
+settings, in the list's order (:func:`pipelines.stages.run_stages`);
+:func:`fetch_pipeline` (``corpora fetch``) applies the same list up to and
+including ``fetch``. Records travel in batches (lists of a few hundred) from
+the read on, since Beam's cost is per element; the stages call the core on
+each record of a batch. The batches are spread over every worker right after
+the metadata filter (``spread``), so one large input file is fetched and
 tokenized on all workers, not on the one that read it; only a reference to
 each batch crosses (:class:`pipelines.transforms.Spread`), and after the
 tokenizer only references to documents and sequences do. A text corpus
 (``spec.images`` false) runs no image stage. A global selection (a top
 fraction, CLIP) takes records one by one and batches them again after.
 
-Drops from every stage are flattened and counted by reason; the manifest is
-written last, from side inputs, once every shard is complete.
+Drops from every stage are flattened and counted by reason (the funnel) and
+by stage and reason (the manifest's ``stages``); the manifest is written
+last, from side inputs, once every shard is complete.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import apache_beam as beam
-from apache_beam.io import fileio
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from corpora import stages
 from corpora.config import catalog
 from corpora.config.settings import BuildSettings
-from corpora.config.spec import CLIP_DOCUMENTS
 from corpora.fetch.accounting import FAILURES, first_failure
 from corpora.fetch.accounting import write_failures as write_failures_file
 from corpora.shards.manifest import MANIFEST, build_manifest
 from corpora.store.fetching import arrival_summary
 from corpora.tokens.tokenizer import Tokenizer
 from pipelines import storage
-from pipelines import transforms as t
-from pipelines.packing import PackSequences
-from pipelines.stats import WriteStats, token_ids
-from pipelines.store import MarkComplete, remove_stash
+from pipelines.stages import Steps, run_stages
+from pipelines.stats import WriteStats
+from pipelines.store import remove_stash
 
 
 def _drop_counts(drops: beam.PCollection) -> beam.PCollection:
@@ -48,6 +48,52 @@ def _drop_counts(drops: beam.PCollection) -> beam.PCollection:
         | "DropReason" >> beam.Map(lambda d: (d.reason, d.count))
         | "SumByReason" >> beam.CombinePerKey(sum)
     )
+
+
+def _stage_drop_counts(build: Steps) -> beam.PCollection:
+    """``((stage, reason), count)`` summed over the whole build."""
+    per_stage = [
+        drops | f"DropsOf{index}" >> beam.Map(lambda d, name=name: ((name, d.reason), d.count))
+        for index, (name, drops) in enumerate(build.drops)
+    ]
+    return (
+        tuple(per_stage) | "StageDrops" >> beam.Flatten() | "SumByStage" >> beam.CombinePerKey(sum)
+    )
+
+
+def _stage_reports(build: Steps) -> beam.PCollection:
+    reports = [
+        summary | f"ReportOf{index}" >> beam.Map(lambda r, name=name: (name, r))
+        for index, (name, summary) in enumerate(build.reports)
+    ]
+    if not reports:
+        return build.pipeline | "NoStageReports" >> beam.Create([])
+    return tuple(reports) | "StageReports" >> beam.Flatten()
+
+
+def stage_entries(
+    active: tuple[stages.Stage, ...],
+    dropped: list[tuple[tuple[str, str], int]],
+    reports: list[tuple[str, dict]] = (),
+) -> list[dict[str, Any]]:
+    """The manifest's ``stages``: every stage the build ran, in order, with
+    its drops by reason and its report, if any.
+
+    >>> read, pack = stages.STAGES[0], stages.STAGES[-1]
+    >>> stage_entries((read, pack), [(("read", "bad_json"), 2)])
+    [{'name': 'read', 'dropped': {'bad_json': 2}}, {'name': 'pack', 'dropped': {}}]
+    """
+    by_stage: dict[str, dict[str, int]] = {}
+    for (name, reason), count in dropped:
+        by_stage.setdefault(name, {})[reason] = by_stage.get(name, {}).get(reason, 0) + count
+    report_of = dict(reports)
+    entries = []
+    for stage in active:
+        entry = {"name": stage.name, "dropped": dict(sorted(by_stage.get(stage.name, {}).items()))}
+        if stage.name in report_of:
+            entry["report"] = report_of[stage.name]
+        entries.append(entry)
+    return entries
 
 
 def write_failures(failures: beam.PCollection, settings: BuildSettings) -> beam.PCollection:
@@ -85,6 +131,9 @@ def write_manifest(
     clip: dict[str, Any] | None = None,
     selection: dict[str, Any] | None = None,
     arrived: list[tuple[str, int]] | None = None,
+    active: tuple[stages.Stage, ...] = (),
+    stage_drops: list[tuple[tuple[str, str], int]] = (),
+    stage_reports: list[tuple[str, dict]] = (),
 ) -> dict[str, Any]:
     manifest = build_manifest(
         settings,
@@ -101,33 +150,9 @@ def write_manifest(
         manifest["top_fraction"] = selection  # where the global cut fell
     if arrived is not None:  # how the images came: fetched now, from the store, a download
         manifest["images_arrived"] = arrival_summary(dict(arrived))
+    manifest["stages"] = stage_entries(active, stage_drops, stage_reports)
     storage.write_json(FileSystems.join(settings.output, MANIFEST), manifest)  # last, and atomic
     return manifest
-
-
-def input_files(pipeline: beam.Pipeline, inputs: Sequence[str]) -> beam.PCollection:
-    """Readable input files: Beam's FileSystems (local, gs://, s3://) match and
-    open theirs; fsspec (hf://) inputs are listed here and opened by workers."""
-    beam_inputs = [i for i in inputs if not storage.uses_fsspec(i)]
-    fsspec_files = [
-        storage.FsspecFile(p) for i in inputs if storage.uses_fsspec(i) for p in storage.match(i)
-    ]
-    if not fsspec_files:
-        return (
-            pipeline
-            | "Inputs" >> beam.Create(beam_inputs)
-            | "Match" >> fileio.MatchAll()
-            | "Files" >> fileio.ReadMatches(compression=CompressionTypes.UNCOMPRESSED)
-        )
-    files = [pipeline | "FsspecFiles" >> beam.Create(fsspec_files)]
-    if beam_inputs:
-        files.append(
-            pipeline
-            | "Inputs" >> beam.Create(beam_inputs)
-            | "Match" >> fileio.MatchAll()
-            | "Files" >> fileio.ReadMatches(compression=CompressionTypes.UNCOMPRESSED)
-        )
-    return files[0] if len(files) == 1 else tuple(files) | "AllFiles" >> beam.Flatten()
 
 
 def build_pipeline(
@@ -140,69 +165,19 @@ def build_pipeline(
     ``progress``: a folder on this machine where the read and fetch stages
     keep their counts for the build's progress line (a local build's)."""
     spec = catalog.get(settings.corpus)
-    read = input_files(pipeline, settings.inputs) | "Read" >> beam.ParDo(
-        t.ReadSource(spec, settings, progress)
-    ).with_outputs(t.DROPPED, t.INPUT, main="docs")
-    drops = [read.dropped]
-    batches = read.docs  # from here on records travel in batches (lists)
-    if spec.metadata_filter is not None:  # cheap, before any download
-        filtered = batches | "Filter" >> beam.ParDo(
-            t.ApplyStage(spec.metadata_filter, settings, "filter")
-        ).with_outputs(t.DROPPED, main="docs")
-        batches, drops = filtered.docs, drops + [filtered.dropped]
-    batches = batches | "Spread" >> t.Spread(settings.output)
-    selection, fraction = None, spec.top_fraction(settings)
-    if fraction is not None:  # global, by the corpus's rank (coyo: the precomputed CLIP sum)
-        from pipelines.selection import TopFraction
-
-        selected = (
-            batches | "UnbatchToSelect" >> beam.FlatMap(lambda batch: batch)
-        ) | "TopFraction" >> TopFraction(spec.rank, fraction)
-        batches = selected.kept | "Rebatch" >> t.record_batches()
-        drops, selection = drops + [selected.dropped], beam.pvalue.AsSingleton(selected.summary)
-    if spec.images:
-        fetched = batches | "Fetch" >> beam.ParDo(
-            t.FetchImages(spec, settings.fetch, settings.store, progress)
-        ).with_outputs(t.DROPPED, t.IMAGES, t.FAILURES, t.ARRIVED, t.SPLITS, main="docs")
-        _ = fetched[t.SPLITS] | "StoreMarkers" >> MarkComplete(settings.store)
-        batches, drops = fetched.docs, drops + [fetched.dropped]
-        image_outcomes, failures = fetched[t.IMAGES], fetched[t.FAILURES]
-        arrivals = fetched[t.ARRIVED]
-    else:  # the manifest still says that no image was fetched, and failures.parquet is empty
-        image_outcomes = pipeline | "NoImages" >> beam.Create([])
-        failures = pipeline | "NoFailures" >> beam.Create([])
-        arrivals = pipeline | "NoArrivals" >> beam.Create([])
-    clip_summary = None
-    if settings.clip is not None:  # needs the image bytes; before the layout places images
-        from pipelines.clip import ClipStage, DocumentClipStage
-
-        stage = (
-            DocumentClipStage(settings.clip)
-            if spec.clip == CLIP_DOCUMENTS
-            else ClipStage(settings.clip, settings.output)
-        )
-        scored = (batches | "UnbatchToScore" >> beam.FlatMap(lambda batch: batch)) | "Clip" >> stage
-        batches = scored.docs | "RebatchScored" >> t.record_batches()
-        clip_summary = beam.pvalue.AsSingleton(scored.summary)
-        drops = drops + [scored.dropped]
-    if spec.layout is not None:
-        laid_out = batches | "Layout" >> beam.ParDo(
-            t.ApplyStage(spec.layout, settings, "layout")
-        ).with_outputs(t.DROPPED, main="docs")
-        batches, drops = laid_out.docs, drops + [laid_out.dropped]
-    image_counts = image_outcomes | "SumImages" >> beam.CombinePerKey(sum)
-    arrival_counts = arrivals | "SumArrived" >> beam.CombinePerKey(sum)
-    failure_files = write_failures(failures, settings)
-    counted = batches | "CountRemovedImages" >> beam.ParDo(t.CountRemovedImages()).with_outputs(
-        t.IMAGES_REMOVED, main="docs"
-    )
-    removed_counts = counted[t.IMAGES_REMOVED] | "SumRemoved" >> beam.CombinePerKey(sum)
-    tokenized = counted.docs | "Tokenize" >> beam.ParDo(t.Tokenize(tokenizer))
-    packed = tokenized | "PackSequences" >> PackSequences(
-        settings, tokenizer.info.pad_id, token_ids(tokenizer.info)
-    )
-    shard_infos = packed["shards"]
-    drops = tuple(drops + [packed["dropped"]]) | "Drops" >> beam.Flatten()
+    active = stages.active(spec, settings)
+    build = Steps(pipeline, settings, spec, tokenizer, progress)
+    run_stages(active, build)
+    outputs = build.outputs
+    for name in ("images", "failures", "arrived"):  # a text corpus fetches nothing
+        if name not in outputs:
+            outputs[name] = pipeline | f"No{name.capitalize()}" >> beam.Create([])
+    image_counts = outputs["images"] | "SumImages" >> beam.CombinePerKey(sum)
+    arrival_counts = outputs["arrived"] | "SumArrived" >> beam.CombinePerKey(sum)
+    failure_files = write_failures(outputs["failures"], settings)
+    removed = tuple(build.removed) | "ImagesRemoved" >> beam.Flatten()
+    removed_counts = removed | "SumRemoved" >> beam.CombinePerKey(sum)
+    drops = tuple(drops for _, drops in build.drops) | "Drops" >> beam.Flatten()
     manifest = (
         pipeline
         | "Finish" >> beam.Create([None])
@@ -211,55 +186,34 @@ def build_pipeline(
             write_manifest,
             settings=settings,
             tokenizer=tokenizer,
-            shard_infos=beam.pvalue.AsList(shard_infos),
+            shard_infos=beam.pvalue.AsList(outputs["shards"]),
             input_counts=beam.pvalue.AsSingleton(
-                read.input | "SumInput" >> beam.CombineGlobally(sum)
+                outputs["input"] | "SumInput" >> beam.CombineGlobally(sum)
             ),
-            kept=beam.pvalue.AsSingleton(packed["kept"] | "SumKept" >> beam.CombineGlobally(sum)),
+            kept=beam.pvalue.AsSingleton(outputs["kept"] | "SumKept" >> beam.CombineGlobally(sum)),
             dropped=beam.pvalue.AsList(_drop_counts(drops)),
             images=beam.pvalue.AsList(image_counts),
             images_removed=beam.pvalue.AsList(removed_counts),
             arrived=beam.pvalue.AsList(arrival_counts) if settings.store.used else None,
             failure_files=beam.pvalue.AsList(failure_files),
-            clip=clip_summary,
-            selection=selection,
+            clip=beam.pvalue.AsSingleton(outputs["clip"]) if "clip" in outputs else None,
+            selection=(
+                beam.pvalue.AsSingleton(outputs["selection"]) if "selection" in outputs else None
+            ),
+            active=active,
+            stage_drops=beam.pvalue.AsList(_stage_drop_counts(build)),
+            stage_reports=beam.pvalue.AsList(_stage_reports(build)),
         )
     )
-    _ = manifest | "Stats" >> WriteStats(packed["sequence_stats"], settings.output)
+    _ = manifest | "Stats" >> WriteStats(outputs["sequence_stats"], settings.output)
     _ = manifest | "RemoveStash" >> beam.Map(remove_stash, output=settings.output)
     return manifest
 
 
 def fetch_pipeline(pipeline: beam.Pipeline, settings: BuildSettings) -> None:
-    """``corpora fetch``: a build's stages up to and including the fetch, into
-    ``settings.store`` (read, metadata filter, top fraction, fetch, markers),
-    and nothing after: the records are dropped once their images are kept."""
+    """``corpora fetch``: the build's stage list up to and including the fetch,
+    into ``settings.store``, and nothing after: the records are dropped once
+    their images are kept."""
     spec = catalog.get(settings.corpus)
-    read = input_files(pipeline, settings.inputs) | "Read" >> beam.ParDo(
-        t.ReadSource(spec, settings)
-    ).with_outputs(t.DROPPED, t.INPUT, main="docs")
-    batches = read.docs  # in batches (lists), as in a build
-    if spec.metadata_filter is not None:
-        batches = (
-            batches
-            | "Filter"
-            >> beam.ParDo(t.ApplyStage(spec.metadata_filter, settings, "filter")).with_outputs(
-                t.DROPPED, main="docs"
-            )
-        ).docs
-    fraction = spec.top_fraction(settings)
-    if fraction is not None:
-        from pipelines.selection import TopFraction
-
-        docs = batches | "UnbatchToSelect" >> beam.FlatMap(lambda batch: batch)
-        kept = (docs | "TopFraction" >> TopFraction(spec.rank, fraction)).kept
-        batches = kept | "Rebatch" >> t.record_batches()
-    fetched = (
-        batches
-        | "Spread" >> beam.Reshuffle()  # the records themselves: nothing after the fetch
-        | "Fetch"
-        >> beam.ParDo(t.FetchImages(spec, settings.fetch, settings.store)).with_outputs(
-            t.DROPPED, t.IMAGES, t.FAILURES, t.ARRIVED, t.SPLITS, main="docs"
-        )
-    )
-    _ = fetched[t.SPLITS] | "StoreMarkers" >> MarkComplete(settings.store)
+    fetching = stages.through(stages.FETCH, stages.active(spec, settings))
+    run_stages(fetching, Steps(pipeline, settings, spec, purpose="fetch"))

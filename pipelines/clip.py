@@ -24,11 +24,12 @@ from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import ModelHandler, RunInference
 
 from corpora import clip
+from corpora.config.spec import CLIP_DOCUMENTS
 from corpora.record import Document, Drop, stable_hash
 from corpora.stages import selection
 from pipelines import storage
 from pipelines.selection import AtLeast, HistogramFn, TopFraction
-from pipelines.transforms import DROPPED, NAMESPACE, route_result
+from pipelines.transforms import DROPPED, NAMESPACE, record_batches, route_result
 
 EMBEDDINGS = "embeddings"
 
@@ -264,3 +265,19 @@ class DocumentClipStage(beam.PTransform):
             )
         )
         return ClipOutput(kept, scored[DROPPED], summary)
+
+
+def clip_step(stage, batches, build):
+    """``clip``: pairs scored (minimum, top fraction, embeddings) or a
+    document's images re-placed and filtered, one record at a time; the
+    manifest's ``clip`` entry is ``build.outputs["clip"]``."""
+    settings = build.settings
+    scorer = (
+        DocumentClipStage(settings.clip)
+        if build.spec.clip == CLIP_DOCUMENTS
+        else ClipStage(settings.clip, settings.output)
+    )
+    scored = (batches | "UnbatchToScore" >> beam.FlatMap(lambda batch: batch)) | "Clip" >> scorer
+    build.dropped(stage.name, scored.dropped)
+    build.outputs["clip"] = scored.summary
+    return scored.docs | "RebatchScored" >> record_batches()

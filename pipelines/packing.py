@@ -41,8 +41,19 @@ from corpora.tokens import pack
 from corpora.tokens.pack_groups import group_of, group_offsets, plan_group
 from corpora.tokens.tokenizer import Span, TokenizedDocument
 from pipelines import memory, resume, storage
+from pipelines.stats import token_ids
 from pipelines.store import StashReader, reference, stash_files
-from pipelines.transforms import COUNTS, DROPPED, KEPT, NAMESPACE, SEQUENCE_STATS, route_result
+from pipelines.transforms import (
+    COUNTS,
+    DROPPED,
+    IMAGES_REMOVED,
+    KEPT,
+    NAMESPACE,
+    SEQUENCE_STATS,
+    CountRemovedImages,
+    Tokenize,
+    route_result,
+)
 
 # Sequences per element leaving a packing group: enough that Beam's cost per
 # element is small beside theirs, few enough that an element stays small.
@@ -333,3 +344,24 @@ class PackSequences(beam.PTransform):
             "dropped": packed[DROPPED],
             "sequence_stats": written[SEQUENCE_STATS],
         }
+
+
+def pack_step(stage, batches, build):
+    """``pack``: the images kept documents lost counted, then every document
+    tokenized, packed and written to shards; shards, documents kept and
+    sequence statistics are ``build.outputs["shards"|"kept"|"sequence_stats"]``.
+    The last stage: it returns nothing."""
+    counted = batches | "CountRemovedImages" >> beam.ParDo(CountRemovedImages()).with_outputs(
+        IMAGES_REMOVED, main="docs"
+    )
+    build.images_removed(counted[IMAGES_REMOVED])
+    info = build.tokenizer.info
+    packed = (
+        counted.docs
+        | "Tokenize" >> beam.ParDo(Tokenize(build.tokenizer))
+        | "PackSequences" >> PackSequences(build.settings, info.pad_id, token_ids(info))
+    )
+    build.dropped(stage.name, packed["dropped"])
+    build.outputs.update(
+        shards=packed["shards"], kept=packed["kept"], sequence_stats=packed["sequence_stats"]
+    )

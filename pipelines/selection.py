@@ -14,7 +14,7 @@ from apache_beam.metrics import Metrics
 
 from corpora.record import Document, Drop
 from corpora.stages import selection
-from pipelines.transforms import DROPPED, NAMESPACE, route_result
+from pipelines.transforms import DROPPED, NAMESPACE, record_batches, route_result
 
 ScoreFn = Callable[[Document], "float | None"]
 
@@ -156,3 +156,16 @@ class AtLeast(beam.PTransform):
     def expand(self, docs: beam.PCollection):
         result = docs | "AtLeast" >> beam.ParDo(self._fn).with_outputs(DROPPED, main="kept")
         return result.kept, result[DROPPED]
+
+
+def select_step(stage, batches, build):
+    """``select``: the corpus's top fraction by its rank, over every record of
+    the build (one by one, batched again after); the cut's summary is
+    ``build.outputs["selection"]`` (the manifest's ``top_fraction``)."""
+    spec = build.spec
+    selected = (
+        batches | "UnbatchToSelect" >> beam.FlatMap(lambda batch: batch)
+    ) | "TopFraction" >> TopFraction(spec.rank, spec.top_fraction(build.settings))
+    build.dropped(stage.name, selected.dropped)
+    build.outputs["selection"] = selected.summary
+    return selected.kept | "Rebatch" >> record_batches()

@@ -10,9 +10,11 @@ import collections
 import contextlib
 import logging
 import os
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 import apache_beam as beam
+from apache_beam.io import fileio
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.metrics import Metrics
 
 from corpora import fetch
@@ -25,9 +27,9 @@ from corpora.store.fetching import StoreFetch
 from corpora.store.settings import StoreSettings
 from corpora.store.stash import RECORDS, BlobWriter
 from corpora.tokens.tokenizer import TokenizedDocument, Tokenizer, tokenize_document
-from pipelines import memory
+from pipelines import memory, storage
 from pipelines.storage import read_failure_urls
-from pipelines.store import StashReader, reference, stash_files
+from pipelines.store import MarkComplete, StashReader, reference, stash_files
 
 DROPPED = "dropped"
 INPUT = "input"
@@ -359,15 +361,65 @@ class Tokenize(beam.DoFn):
         yield [tokenize_document(doc, self._tokenizer) for doc in batch]
 
 
-class ApplyStage(beam.DoFn):
-    """A one-for-one core stage of (record, settings) -> record or Drop, on a
-    batch of records: a corpus's metadata filter (before fetch) or its layout
-    (after fetch). Emits the records kept as one batch, and the drops."""
+def input_files(pipeline: beam.Pipeline, inputs: Sequence[str]) -> beam.PCollection:
+    """Readable input files: Beam's FileSystems (local, gs://, s3://) match and
+    open theirs; fsspec (hf://) inputs are listed here and opened by workers."""
+    beam_inputs = [i for i in inputs if not storage.uses_fsspec(i)]
+    fsspec_files = [
+        storage.FsspecFile(p) for i in inputs if storage.uses_fsspec(i) for p in storage.match(i)
+    ]
+    if not fsspec_files:
+        return (
+            pipeline
+            | "Inputs" >> beam.Create(beam_inputs)
+            | "Match" >> fileio.MatchAll()
+            | "Files" >> fileio.ReadMatches(compression=CompressionTypes.UNCOMPRESSED)
+        )
+    files = [pipeline | "FsspecFiles" >> beam.Create(fsspec_files)]
+    if beam_inputs:
+        files.append(
+            pipeline
+            | "Inputs" >> beam.Create(beam_inputs)
+            | "Match" >> fileio.MatchAll()
+            | "Files" >> fileio.ReadMatches(compression=CompressionTypes.UNCOMPRESSED)
+        )
+    return files[0] if len(files) == 1 else tuple(files) | "AllFiles" >> beam.Flatten()
 
-    def __init__(self, stage, settings: BuildSettings, name: str):
-        self._stage = stage
-        self._settings = settings
-        self._name = name
 
-    def process(self, batch: list[Document]) -> Iterator:
-        yield from route_batch((self._stage(doc, self._settings) for doc in batch), self._name)
+# --- the wrappers of the stage list (corpora.stages) -----------------------------
+
+
+def read_step(stage, batches, build):
+    """``read``: the input files → batches of records; the input count is
+    ``build.outputs["input"]``."""
+    read = input_files(build.pipeline, build.settings.inputs) | "Read" >> beam.ParDo(
+        ReadSource(build.spec, build.settings, build.progress)
+    ).with_outputs(DROPPED, INPUT, main="docs")
+    build.dropped(stage.name, read[DROPPED])
+    build.outputs["input"] = read[INPUT]
+    return read.docs
+
+
+def spread_step(stage, batches, build):
+    """``spread``: the batches over every worker; a build stashes them and
+    moves references (:class:`Spread`); ``corpora fetch`` moves the records,
+    which nothing reads after the fetch."""
+    if build.purpose == "fetch":
+        return batches | "Spread" >> beam.Reshuffle()
+    return batches | "Spread" >> Spread(build.settings.output)
+
+
+def fetch_step(stage, batches, build):
+    """``fetch``: every record's images fetched (through the image store); the
+    store's split markers once the splits are complete. Image outcomes,
+    failures and arrivals are ``build.outputs["images"|"failures"|"arrived"]``."""
+    settings = build.settings
+    fetched = batches | "Fetch" >> beam.ParDo(
+        FetchImages(build.spec, settings.fetch, settings.store, build.progress)
+    ).with_outputs(DROPPED, IMAGES, FAILURES, ARRIVED, SPLITS, main="docs")
+    _ = fetched[SPLITS] | "StoreMarkers" >> MarkComplete(settings.store)
+    build.dropped(stage.name, fetched[DROPPED])
+    build.outputs.update(
+        images=fetched[IMAGES], failures=fetched[FAILURES], arrived=fetched[ARRIVED]
+    )
+    return fetched.docs

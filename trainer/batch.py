@@ -40,10 +40,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from corpora.record import open_image
-
-# open_clip's OPENAI_DATASET_MEAN / STD: the CLIP towers VILA uses.
-CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+from trainer.config import CLIP_MEAN, CLIP_STD
 
 TEXT_ARRAYS = ("input_ids", "segment_ids", "positions")
 # The host memory one batch may take, checked before the first (a batch size

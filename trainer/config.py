@@ -16,14 +16,24 @@ optimizer, checkpoints). The functions below give the papers' settings:
     >>> smoke(train_config(steps=500_000, batch_size=32)).steps
     20
 
-The CLI maps flags onto these; nothing else builds them.
+The CLI maps flags onto these; nothing else builds them. A field that is a flag of
+``corpora train`` says so in its metadata (:func:`option`: the help text, choices and range);
+``cli/train_options.py`` makes the flag from it, with the field's default:
+
+    >>> [f.name for f in option_fields(OptimConfig)]
+    ['lr', 'warmup', 'weight_decay', 'clip_norm']
+    >>> workers = option_of(dataclasses.fields(DataConfig)[5])
+    >>> workers.flag, workers.low, DataConfig.num_workers
+    ('--workers', 0, 2)
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Literal
+from typing import Any, ClassVar, Literal, Sequence
+
+from corpora import MAX_IMAGE_SIZE
 
 SIZES = ("tiny", "base", "large")
 # what blend weights count: samples, documents (each packed segment: SimVLM's
@@ -38,6 +48,49 @@ DECAYS = ("linear", "cosine")
 # (CUDA), or a dense L x L mask (sdpa, eager: the reference, and XLA's)
 ATTENTIONS = ("varlen", "flex", "sdpa", "eager")
 PREFIXLM_ATTENTIONS = ("varlen", "flex", "dense")  # PrefixLM's own layers: one dense way
+OBJECTIVES = ("vila", "prefixlm")  # the features a batch carries
+# open_clip's OPENAI_DATASET_MEAN / STD: the CLIP towers VILA uses.
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+SEEDS = (0, 2**32 - 1)  # what numpy and torch take
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """How a configuration field appears on the command line: its help text, and what
+    click checks (choices, a range ``low``..``high``). ``flag`` defaults to the field's name
+    (``batch_size`` → ``--batch-size``); ``kind`` is the type of one value where the field's
+    differs (``image_size``: one number, a square)."""
+
+    help: str
+    flag: str | None = None
+    choices: Sequence[str] | None = None
+    low: float | None = None
+    high: float | None = None
+    metavar: str | None = None
+    multiple: bool = False
+    required: bool = False
+    kind: type | None = None
+
+
+def option(help: str, **settings: Any) -> dict[str, Option]:
+    """The field metadata that makes a field a flag: ``field(metadata=option("…", low=1))``."""
+    return {"option": Option(help, **settings)}
+
+
+def option_of(field: dataclasses.Field) -> Option | None:
+    """The field's :class:`Option`, with its flag filled in; None: not a flag."""
+    found = field.metadata.get("option")
+    if found is None:
+        return None
+    return dataclasses.replace(found, flag=found.flag or "--" + field.name.replace("_", "-"))
+
+
+def option_fields(cls: type, exclude: Sequence[str] = ()) -> list[dataclasses.Field]:
+    """The fields of ``cls`` that are flags, in their order, but those named in ``exclude``."""
+    return [
+        f for f in dataclasses.fields(cls) if option_of(f) is not None and f.name not in exclude
+    ]
 
 
 class ConfigError(ValueError):
@@ -55,18 +108,42 @@ class PrefixLMConfig:
     ``tokens_per_image`` must equal.
     """
 
-    size: str
+    model: ClassVar[str] = "prefixlm"  # its name in trainer.models.registry
+
     width: int
     encoder_layers: int
     decoder_layers: int
     heads: int
     mlp_dim: int
     dropout: float
-    image_size: int
+    image_size: int = dataclasses.field(
+        metadata=option(
+            "Pixels per side (tiny 64, base and large 224); the stem's patch count follows and "
+            "must equal the build's tokens_per_image.",
+            low=1,
+            high=MAX_IMAGE_SIZE,
+        )
+    )
     stem: Literal["resnet18", "resnet50", "resnet101"]
     stem_stages: int
     patch_size: int
-    attention: str = "varlen"  # varlen, flex (CUDA) or dense (the L x L reference; XLA)
+    size: str = dataclasses.field(
+        default="base",
+        metadata=option(
+            "base: 12+12 layers at width 768; large: 24+24 at 1024; tiny: for tests.",
+            choices=SIZES,
+        ),
+    )
+    attention: str = dataclasses.field(
+        default="varlen",
+        metadata=option(
+            "Attention kept to each packed document: varlen (one SDPA call per document), "
+            "flex (FlexAttention, CUDA), or dense (the L x L mask; for XLA).",
+            flag="--attn-implementation",
+            choices=PREFIXLM_ATTENTIONS,
+        ),
+    )
+    init: str | None = None  # a checkpoint whose trained weights start this run
 
     def __post_init__(self) -> None:
         if self.attention not in PREFIXLM_ATTENTIONS:
@@ -138,14 +215,61 @@ class VilaConfig:
     checkpoint of it. ``stage`` 0 trains the projector; 1 the projector and the LM.
     """
 
-    lm: str
-    vision: str
-    vision_pretrained: str | None
-    projector: str = "linear"
-    stage: int = 0
-    attn_implementation: str = "varlen"  # see ATTENTIONS
-    init: str | None = None  # a checkpoint whose trained weights start this run (stage 0 → 1)
-    activation_checkpointing: bool = False  # recompute the LM's layers in backward: less memory
+    model: ClassVar[str] = "vila"  # its name in trainer.models.registry
+
+    lm: str = dataclasses.field(
+        metadata=option(
+            "A local Hugging Face causal LM directory (Llama-2 style), or a config.json for "
+            "random weights. Required, but for --smoke (a tiny random Llama)."
+        )
+    )
+    vision: str = dataclasses.field(
+        metadata=option(
+            "open_clip architecture (ViT-L-14-336) or the path of an open_clip model config. "
+            "Required, but for --smoke (a tiny random ViT, 16 patches at 64 px)."
+        )
+    )
+    vision_pretrained: str | None = dataclasses.field(
+        default=None,
+        metadata=option(
+            "The tower's weights: a local checkpoint file (or an open_clip tag; needs network)."
+        ),
+    )
+    # a run names its stage (the recipe's learning rate follows it): required on the CLI
+    stage: int = dataclasses.field(
+        default=0,
+        metadata=option(
+            "0: train the projector only; 1: the projector and the LM.",
+            low=0,
+            high=1,
+            required=True,
+        ),
+    )
+    projector: str = dataclasses.field(
+        default="linear",
+        metadata=option("linear (VILA) or mlp2x_gelu (LLaVA-1.5).", choices=PROJECTORS),
+    )
+    init: str | None = dataclasses.field(  # stage 0 → 1
+        default=None,
+        metadata=option(
+            "Start from the trained weights of a checkpoint or an --output (stage 1 from stage 0)."
+        ),
+    )
+    attn_implementation: str = dataclasses.field(
+        default="varlen",
+        metadata=option(
+            "Attention kept to each packed document: varlen (one SDPA call per document), "
+            "flex (FlexAttention, CUDA), or the dense per-document mask (sdpa, eager; for XLA).",
+            choices=ATTENTIONS,
+        ),
+    )
+    activation_checkpointing: bool = dataclasses.field(
+        default=False,
+        metadata=option(
+            "Recompute the LM's layers in the backward pass: less memory, about a third more "
+            "compute."
+        ),
+    )
 
     def __post_init__(self) -> None:
         if self.projector not in PROJECTORS:
@@ -163,7 +287,9 @@ class VilaConfig:
             )
 
 
-def vila_config(lm: str, vision: str, vision_pretrained: str | None, **changes) -> VilaConfig:
+def vila_config(
+    lm: str, vision: str, vision_pretrained: str | None = None, **changes
+) -> VilaConfig:
     return VilaConfig(lm=lm, vision=vision, vision_pretrained=vision_pretrained, **changes)
 
 
@@ -172,13 +298,16 @@ class OptimConfig:
     """AdamW with linear warmup over ``warmup`` (a fraction of the steps) to ``lr``,
     then ``decay`` to ``lr * final_lr_fraction``; gradients clipped to ``clip_norm``."""
 
-    lr: float
-    warmup: float
+    # no defaults: each recipe (prefixlm_optim, vila_optim) has its own; a flag not given keeps it
+    lr: float = dataclasses.field(metadata=option("Peak learning rate (the recipe's)."))
+    warmup: float = dataclasses.field(metadata=option("Warmup, a fraction of the steps."))
     decay: str
-    weight_decay: float
+    weight_decay: float = dataclasses.field(metadata=option("AdamW's (the recipe's)."))
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
-    clip_norm: float = 1.0
+    clip_norm: float = dataclasses.field(
+        default=1.0, metadata=option("Gradients are clipped to this global norm.")
+    )
     final_lr_fraction: float = 0.0
 
     def __post_init__(self) -> None:
@@ -207,25 +336,186 @@ def vila_optim(stage: int, **changes) -> OptimConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Everything that shapes the batches (``trainer.loader.Loader`` reads it). ``image_size``
+    None: the size the builds stored (224 for a text-only blend); ``pin_memory`` None: when
+    CUDA is available. A training run sets ``objective``, ``image_size`` and the image
+    normalisation from its model, and ``batch_size`` and ``seed`` from its :class:`TrainConfig`."""
+
+    sources: tuple[tuple[str, float], ...] = dataclasses.field(
+        metadata=option(
+            "A build directory, its manifest.json, or shard URLs / brace patterns of a build "
+            "(local, file://, http(s)://, gs://, s3://, hf://), with an optional weight. "
+            "Repeatable (a blend).",
+            flag="--data",
+            metavar="BUILD_OR_URLS[:WEIGHT]",
+            multiple=True,
+            required=True,
+            kind=str,
+        )
+    )
+    weight_unit: str = dataclasses.field(
+        default="examples",
+        metadata=option(
+            "What the weights count: packed samples, documents (SimVLM's pairs + C4, 8:1), "
+            "images (VILA's MMC4 + COYO, 1:1), or non-padding tokens.",
+            choices=WEIGHT_UNITS,
+        ),
+    )
+    batch_size: int = dataclasses.field(
+        default=8, metadata=option("Samples per batch (per process).", low=1)
+    )
+    objective: str = dataclasses.field(
+        default="vila",
+        metadata=option(
+            "The features: VILA's next-token labels or SimVLM's encoder/decoder split.",
+            choices=OBJECTIVES,
+        ),
+    )
+    seed: int = dataclasses.field(
+        default=0,
+        metadata=option(
+            "Seeds the shard order, the shuffle buffer and the PrefixLM prefix lengths.",
+            low=SEEDS[0],
+            high=SEEDS[1],
+        ),
+    )
+    num_workers: int = dataclasses.field(
+        default=2,
+        metadata=option(
+            "Loader worker processes per process (the stream splits its shards between them).",
+            flag="--workers",
+            low=0,
+        ),
+    )
+    image_size: tuple[int, int] | None = dataclasses.field(
+        default=None,
+        metadata=option(
+            "Square size the images are resized to. Default: the size the builds stored.",
+            low=1,
+            high=MAX_IMAGE_SIZE,
+            kind=int,
+        ),
+    )
+    image_mean: tuple[float, float, float] = CLIP_MEAN
+    image_std: tuple[float, float, float] = CLIP_STD
+    shuffle_buffer: int = dataclasses.field(
+        default=1000,
+        metadata=option(
+            "Samples held per build and worker, one drawn at random per step; 0: shard order.",
+            low=0,
+        ),
+    )
+    verify: bool = dataclasses.field(
+        default=False,
+        metadata=option("Check each shard's sha256 against the manifest before reading it."),
+    )
+    pin_memory: bool | None = None
+    prefetch_factor: int = 2
+
+    def __post_init__(self) -> None:
+        if not self.sources:
+            raise ValueError("sources: give at least one build")
+        locations = [location for location, _ in self.sources]
+        if len(set(locations)) != len(locations):
+            raise ValueError("sources: a build is listed twice; give it one weight")
+        if self.weight_unit not in WEIGHT_UNITS:
+            raise ValueError(f"weight_unit must be one of {', '.join(WEIGHT_UNITS)}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}")
+        if self.batch_size < 1 or self.num_workers < 0 or self.shuffle_buffer < 0:
+            raise ValueError("batch_size must be >= 1, num_workers and shuffle_buffer >= 0")
+        if self.image_size is not None and (len(self.image_size) != 2 or min(self.image_size) < 1):
+            raise ValueError(f"image_size must be (H, W), got {self.image_size}")
+        if len(self.image_mean) != 3 or len(self.image_std) != 3 or min(self.image_std) <= 0:
+            raise ValueError("image_mean and image_std need 3 channels, std > 0")
+
+
+def data_config(sources: Sequence[str | tuple[str, float]], **settings: Any) -> DataConfig:
+    """A :class:`DataConfig` from builds given as ``location`` (weight 1) or
+    ``(location, weight)``; an int ``image_size`` means a square.
+
+    >>> data_config(["out/coyo", ("out/mmc4", 2)], image_size=336).sources
+    (('out/coyo', 1.0), ('out/mmc4', 2.0))
+    """
+    pairs = tuple(
+        (source, 1.0) if isinstance(source, str) else (str(source[0]), float(source[1]))
+        for source in sources
+    )
+    size = settings.pop("image_size", None)
+    if isinstance(size, int):
+        size = (size, size)
+    return DataConfig(sources=pairs, image_size=tuple(size) if size else None, **settings)
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """The loop's settings. ``batch_size`` is sequences per rank per micro-step; an
     optimizer step sees ``batch_size * accumulate * world_size`` sequences."""
 
-    steps: int
-    batch_size: int
-    optim: OptimConfig
-    accumulate: int = 1
-    seed: int = 0
-    precision: str = "auto"  # bf16 autocast on accelerators, fp32 on the CPU
-    device: str = "auto"
-    strategy: str = "auto"  # DDP; FSDP2 for VILA's LM on CUDA
-    log_every: int = 10
-    checkpoint_every: int = 1000
-    keep_checkpoints: int = 3
-    output: str | None = None
-    resume: bool = False
-    compile: bool = False  # torch.compile each layer the model shards (flex or dense attention)
-    peak_tflops: float | None = None  # per device, for MFU; default: known CUDA GPUs' bf16
+    steps: int = dataclasses.field(metadata=option("Optimizer steps.", low=1))
+    batch_size: int = dataclasses.field(
+        default=8, metadata=option("Sequences per process per micro-step.", low=1)
+    )
+    optim: OptimConfig = dataclasses.field(default_factory=prefixlm_optim)
+    accumulate: int = dataclasses.field(
+        default=1, metadata=option("Micro-steps per optimizer step.", low=1)
+    )
+    seed: int = dataclasses.field(
+        default=0,
+        metadata=option("Data order, initial weights and dropout.", low=SEEDS[0], high=SEEDS[1]),
+    )
+    precision: str = dataclasses.field(
+        default="auto",
+        metadata=option(
+            "auto: bf16 autocast on CUDA and TPU, fp32 on the CPU.", choices=PRECISIONS
+        ),
+    )
+    device: str = dataclasses.field(
+        default="auto",
+        metadata=option(
+            "auto: a TPU when torch_xla is installed and PJRT_DEVICE is set, else CUDA when "
+            "there is a GPU, else the CPU.",
+            choices=DEVICES,
+        ),
+    )
+    strategy: str = dataclasses.field(
+        default="auto",
+        metadata=option(
+            "Under torchrun: auto is FSDP2 for VILA on CUDA, DDP otherwise.", choices=STRATEGIES
+        ),
+    )
+    log_every: int = dataclasses.field(default=10, metadata=option("Steps per log line.", low=1))
+    checkpoint_every: int = dataclasses.field(
+        default=1000,
+        metadata=option("Steps between checkpoints (one is written at the end too).", low=1),
+    )
+    keep_checkpoints: int = dataclasses.field(
+        default=3, metadata=option("How many of the newest checkpoints are kept.", low=1)
+    )
+    output: str | None = dataclasses.field(
+        default=None,
+        metadata=option(
+            "Directory or gs:// / s3:// URL for checkpoints. Default: none are written."
+        ),
+    )
+    resume: bool = dataclasses.field(
+        default=False, metadata=option("Continue from the latest checkpoint in --output.")
+    )
+    compile: bool = dataclasses.field(  # each layer the model shards: one graph, reused
+        default=False,
+        metadata=option(
+            "torch.compile each layer (VILA: the LM's decoder layers); needs "
+            "--attn-implementation flex or the dense one."
+        ),
+    )
+    peak_tflops: float | None = dataclasses.field(  # per device
+        default=None,
+        metadata=option(
+            "The device's peak TFLOP/s for the MFU in the log line. Default: known CUDA GPUs' "
+            "dense bf16 rate (H100, H200, A100, L4, A10); elsewhere no MFU."
+        ),
+    )
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "accumulate", "log_every", "checkpoint_every"):

@@ -48,9 +48,8 @@ try:
 except ImportError as exc:  # fail at import, naming the fix, not inside a worker
     raise missing_extra("train", "the trainer's loader", exc) from None
 
-from trainer.batch import CLIP_MEAN, CLIP_STD, MAX_BATCH_BYTES, batch_bytes, collate, load_image
+from trainer.batch import MAX_BATCH_BYTES, batch_bytes, collate, load_image
 from trainer.blend import (
-    UNITS,
     Blend,
     DataSpec,
     Source,
@@ -58,68 +57,13 @@ from trainer.blend import (
     empty_counts,
     resolve_source,
 )
+from trainer.config import DataConfig, data_config  # noqa: F401  (the loader's settings)
 from trainer.features import prefixlm_features, vila_features, without_target
 from trainer.stream import DataError, ShardStream, _reason, _seeded, split_shards
 
 log = logging.getLogger("trainer.data")
 
-OBJECTIVES = ("vila", "prefixlm")
 STATE_FORMAT = "corpora-loader/1"
-
-
-@dataclasses.dataclass(frozen=True)
-class DataConfig:
-    """Everything that shapes the batches. ``image_size`` None: the size the
-    builds stored (224 for a text-only blend); ``pin_memory`` None: when CUDA
-    is available."""
-
-    sources: tuple[tuple[str, float], ...]
-    weight_unit: str = "examples"
-    batch_size: int = 8
-    objective: str = "vila"
-    seed: int = 0
-    num_workers: int = 2
-    image_size: tuple[int, int] | None = None
-    image_mean: tuple[float, float, float] = CLIP_MEAN
-    image_std: tuple[float, float, float] = CLIP_STD
-    shuffle_buffer: int = 1000
-    verify: bool = False
-    pin_memory: bool | None = None
-    prefetch_factor: int = 2
-
-    def __post_init__(self) -> None:
-        if not self.sources:
-            raise ValueError("sources: give at least one build")
-        locations = [location for location, _ in self.sources]
-        if len(set(locations)) != len(locations):
-            raise ValueError("sources: a build is listed twice; give it one weight")
-        if self.weight_unit not in UNITS:
-            raise ValueError(f"weight_unit must be one of {', '.join(UNITS)}")
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}")
-        if self.batch_size < 1 or self.num_workers < 0 or self.shuffle_buffer < 0:
-            raise ValueError("batch_size must be >= 1, num_workers and shuffle_buffer >= 0")
-        if self.image_size is not None and (len(self.image_size) != 2 or min(self.image_size) < 1):
-            raise ValueError(f"image_size must be (H, W), got {self.image_size}")
-        if len(self.image_mean) != 3 or len(self.image_std) != 3 or min(self.image_std) <= 0:
-            raise ValueError("image_mean and image_std need 3 channels, std > 0")
-
-
-def data_config(sources: Sequence[str | tuple[str, float]], **settings: Any) -> DataConfig:
-    """A :class:`DataConfig` from builds given as ``location`` (weight 1) or
-    ``(location, weight)``; an int ``image_size`` means a square.
-
-    >>> data_config(["out/coyo", ("out/mmc4", 2)], image_size=336).sources
-    (('out/coyo', 1.0), ('out/mmc4', 2.0))
-    """
-    pairs = tuple(
-        (source, 1.0) if isinstance(source, str) else (str(source[0]), float(source[1]))
-        for source in sources
-    )
-    size = settings.pop("image_size", None)
-    if isinstance(size, int):
-        size = (size, size)
-    return DataConfig(sources=pairs, image_size=tuple(size) if size else None, **settings)
 
 
 def smoke_data_config() -> DataConfig:

@@ -1,7 +1,8 @@
 """The one training loop, for both models, on every device.
 
-:func:`run` builds what a configuration names (runtime, data, model) and
-calls :func:`fit`, which reads top to bottom:
+:func:`run` builds what a configuration names (runtime, data, and the model
+through ``trainer.models.registry``) and calls :func:`fit`, which reads top to
+bottom and reaches the model only through the registry's ``TrainableModel``:
 
 1. check the model against the data (``tokens_per_image``, vocabulary,
    positions) and its attention against the device, and refuse in one line
@@ -44,6 +45,8 @@ from torch import nn
 
 from trainer import checkpoint
 from trainer.config import ConfigError, OptimConfig, PrefixLMConfig, TrainConfig, VilaConfig
+from trainer.models import registry
+from trainer.models.registry import Images, TrainableModel
 from trainer.models.slots import check_slots
 from trainer.runtime import Runtime, start
 
@@ -56,7 +59,7 @@ class Result:
     first_step: int  # the step it started from (0, or the checkpoint's)
     steps: int  # the step it ended at
     checkpoint: str | None  # the last checkpoint written
-    model: nn.Module  # the trained model (unwrapped; its weights sharded under FSDP)
+    model: TrainableModel  # the trained model (unwrapped; its weights sharded under FSDP)
 
 
 def schedule(optim: OptimConfig, steps: int) -> Callable[[int], float]:
@@ -76,7 +79,7 @@ def schedule(optim: OptimConfig, steps: int) -> Callable[[int], float]:
     return factor
 
 
-def make_optimizer(model: nn.Module, optim: OptimConfig) -> torch.optim.AdamW:
+def make_optimizer(model: TrainableModel | nn.Module, optim: OptimConfig) -> torch.optim.AdamW:
     """AdamW over the trainable parameters; no weight decay on biases and norms (1-D)."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
@@ -91,7 +94,7 @@ def make_optimizer(model: nn.Module, optim: OptimConfig) -> torch.optim.AdamW:
     )
 
 
-def check_model(model: nn.Module, spec) -> None:
+def check_model(model: TrainableModel, spec) -> None:
     """The model against the data's spec; one line naming both numbers when they differ."""
     if spec.image_token_id is not None and model.tokens_per_image != spec.tokens_per_image:
         raise ConfigError(
@@ -104,16 +107,15 @@ def check_model(model: nn.Module, spec) -> None:
             f"vocabulary mismatch: the data's tokenizer has {spec.vocab_size} pieces, "
             f"the model's vocabulary {model.vocab_size}"
         )
-    limit = getattr(model, "max_positions", None)
+    limit = model.max_positions
     if limit is not None and spec.seq_len > limit:
         raise ConfigError(f"seq_len {spec.seq_len} is longer than the model's {limit} positions")
 
 
-def check_attention(model: nn.Module, runtime: Runtime, compile: bool = False) -> None:
+def check_attention(model: TrainableModel, runtime: Runtime, compile: bool = False) -> None:
     """FlexAttention trains on CUDA only; per-document calls change shape with every batch,
     which XLA and ``torch.compile`` cannot follow."""
-    attention = getattr(model, "attention", None)
-    dense = "sdpa" if model.objective == "vila" else "dense"
+    attention, dense = model.attention, model.dense_attention
     if compile and attention == "varlen":
         raise ConfigError(
             "--compile needs --attn-implementation flex (CUDA) or "
@@ -128,7 +130,7 @@ def check_attention(model: nn.Module, runtime: Runtime, compile: bool = False) -
         raise ConfigError(f"XLA wants fixed shapes: use --attn-implementation {dense} on a TPU")
 
 
-def check_batch(model: nn.Module, batch: dict[str, torch.Tensor], spec) -> None:
+def check_batch(model: TrainableModel, batch: dict[str, torch.Tensor], spec) -> None:
     """The first batch: its shapes and its image slots, before any step."""
     seq_len = batch["segment_ids"].shape[-1]
     if seq_len != spec.seq_len:
@@ -146,7 +148,7 @@ def check_batch(model: nn.Module, batch: dict[str, torch.Tensor], spec) -> None:
             raise ConfigError(problem)
 
 
-def parameter_counts(model: nn.Module) -> tuple[int, int]:
+def parameter_counts(model: TrainableModel) -> tuple[int, int]:
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
     return trainable, frozen
@@ -156,7 +158,9 @@ def _millions(count: int) -> str:
     return f"{count / 1e6:,.1f}M" if count >= 100_000 else f"{count:,}"
 
 
-def describe(model: nn.Module, spec, config: TrainConfig, runtime: Runtime, name: str) -> list[str]:
+def describe(
+    model: TrainableModel, spec, config: TrainConfig, runtime: Runtime, name: str
+) -> list[str]:
     """The derived quantities printed at start."""
     trainable, frozen = parameter_counts(model)
     sequences = config.batch_size * config.accumulate * runtime.world_size
@@ -243,7 +247,7 @@ class Meter:
 
 
 def fit(
-    model: nn.Module,
+    model: TrainableModel,
     loader,
     config: TrainConfig,
     runtime: Runtime,
@@ -275,10 +279,9 @@ def fit(
         model,
         config.strategy,
         layers=model.shard_layers(),
-        fsdp_preferred=getattr(model, "fsdp_preferred", False),
+        fsdp_preferred=model.fsdp_preferred,
     )
-    if hasattr(model, "materialize"):  # a meta-device LM, now sharded, reads its weights
-        model.materialize(runtime.device)
+    model.materialize(runtime.device)  # a meta-device LM, now sharded, reads its weights
     if init is not None:
         say(f"initialised {checkpoint.init_weights(model, init)} tensors from {init}")
     params = [p for p in model.parameters() if p.requires_grad]
@@ -404,20 +407,6 @@ def data_loaders(data) -> LoaderFactory:
     return make_loader
 
 
-def build_model(config: PrefixLMConfig | VilaConfig, spec) -> nn.Module:
-    """PrefixLM shaped by the data's spec (vocabulary, seq_len, image token)."""
-    from trainer.models.prefixlm import PrefixLM
-
-    if spec.vocab_size is None:
-        raise ConfigError(
-            "the data's manifests do not give the tokenizer's vocab_size, which PrefixLM "
-            "needs for its embeddings"
-        )
-    return PrefixLM(
-        config, vocab_size=spec.vocab_size, seq_len=spec.seq_len, image_token_id=spec.image_token_id
-    )
-
-
 def run(
     model_config: PrefixLMConfig | VilaConfig,
     config: TrainConfig,
@@ -440,34 +429,29 @@ def run(
     runtime = runtime or start(config.device, config.precision)
     try:
         torch.manual_seed(config.seed)  # the same initial weights on every rank
-        if isinstance(model_config, PrefixLMConfig):
-            from trainer.models.prefixlm import IMAGENET_MEAN, IMAGENET_STD
+        entry = registry.model(model_config.model)
+        loaders = []
 
-            objective, name = "prefixlm", f"PrefixLM {model_config.size}"
-            images = (model_config.image_size, IMAGENET_MEAN, IMAGENET_STD)
-            model = None  # its vocabulary and positions come from the data
-        else:
-            from trainer.models.vila import build_vila
+        def open_data(images: Images):
+            loaders.append(
+                make_loader(
+                    objective=entry.objective,
+                    batch_size=config.batch_size,
+                    seed=config.seed,
+                    image_size=images.size,
+                    image_mean=images.mean,
+                    image_std=images.std,
+                    rank=runtime.rank,
+                    world_size=runtime.world_size,
+                )
+            )
+            return loaders[0].spec
 
-            objective, name = "vila", f"VILA stage {model_config.stage}"
-            # an LM that FSDP2 will shard is built on the meta device, each rank reading its part
-            meta = runtime.resolve_strategy(config.strategy, fsdp_preferred=True) == "fsdp"
-            model = build_vila(model_config, meta=meta)
-            images = (model.image_size, model.image_mean, model.image_std)
-        loader = make_loader(
-            objective=objective,
-            batch_size=config.batch_size,
-            seed=config.seed,
-            image_size=images[0],
-            image_mean=images[1],
-            image_std=images[2],
-            rank=runtime.rank,
-            world_size=runtime.world_size,
-        )
-        if model is None:
-            model = build_model(model_config, loader.spec)
-        else:
-            model.image_token_id = loader.spec.image_token_id
+        # a model that FSDP2 will shard (VILA's LM) is built on the meta device, each rank
+        # reading its part
+        meta = runtime.resolve_strategy(config.strategy, fsdp_preferred=True) == "fsdp"
+        model = entry.build(model_config, open_data, meta=meta)
+        (loader,) = loaders
         torch.manual_seed(config.seed + 1 + runtime.rank)  # dropout differs across ranks
         spec = loader.spec
         settings = {
@@ -485,11 +469,11 @@ def run(
             loader,
             config,
             runtime,
-            name=name,
+            name=entry.title(model_config),
             settings=settings,
             stream=stream,
             clock=clock,
-            init=getattr(model_config, "init", None),
+            init=model_config.init,
         )
     finally:
         if owned:

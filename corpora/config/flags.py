@@ -44,6 +44,7 @@ import difflib
 import os
 from typing import Any
 
+from corpora import stages
 from corpora.config import catalog
 from corpora.config.bundled_sample import SAMPLE_IMAGES, sample_directory
 from corpora.config.settings import (
@@ -129,6 +130,7 @@ def flag_names() -> tuple[str, ...]:
         *CLIP_FLAGS,
         *STORE_FLAGS,
         *catalog.options(),
+        *stages.options(),
     )
     return tuple(dict.fromkeys(names))
 
@@ -153,6 +155,7 @@ def settings_from_flags(corpus: str, **flags: Any) -> BuildSettings:
     _check_special_ids(fields)
     clip = _clip_settings(corpus, given)
     options = _corpus_options(corpus, given, clip_given="clip_model" in given)
+    options.update({name: given[name] for name in stages.options() if name in given})
     # a --smoke build has a folder of its own: one made with the full settings is not refused
     default = ("corpora-out", "smoke", corpus) if given.get("smoke") else ("corpora-out", corpus)
     output = given.get("output") or os.path.join(*default)

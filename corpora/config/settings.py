@@ -38,6 +38,8 @@ class BuildSettings:
     clip: ClipSettings | None = None  # CLIP scoring and filtering (corpora.clip); off when None
     max_line_bytes: int = MAX_LINE_BYTES  # a longer input line is dropped as line_too_long
     store: StoreSettings = StoreSettings()  # the image store and img2dataset download, if any
+    # The options of the build's stages (corpora.stages), by option name.
+    stage_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 8 <= self.seq_len <= MAX_SEQ_LEN:
@@ -90,6 +92,7 @@ class BuildSettings:
         if settings["fetch"]["max_aspect_ratio"] == float("inf"):
             settings["fetch"]["max_aspect_ratio"] = None
         settings["corpus_options"] = dict(self.corpus_options)
+        settings["stage_options"] = dict(self.stage_options)
         return settings
 
 
@@ -99,7 +102,8 @@ DEFAULTS = BuildSettings(corpus="", inputs=(), output="")  # what a flag left ou
 def corpus_settings(corpus: str, inputs: Sequence[str], output: str, **given: Any) -> BuildSettings:
     """The settings of a build of ``corpus``: its options by name (the others as
     its spec's defaults, see :mod:`corpora.config.catalog`) and any other field of
-    :class:`BuildSettings`. A value the option refuses raises ``ValueError``.
+    :class:`BuildSettings`, and its stages' options by name
+    (:mod:`corpora.stages`). A value the option refuses raises ``ValueError``.
 
     >>> built = corpus_settings("mmc4", ("docs.jsonl",), "out", max_images=0, seq_len=1024)
     >>> built.seq_len, built.corpus_options["max_images"], built.corpus_options["reassign"]
@@ -109,15 +113,24 @@ def corpus_settings(corpus: str, inputs: Sequence[str], output: str, **given: An
     ...
     ValueError: c4 has no option 'min_sim'
     """
+    from corpora import stages
     from corpora.config import catalog
 
     spec = catalog.get(corpus)
     overrides = {name: value for name, value in given.items() if name in _FIELDS}
-    if "corpus_options" in overrides:
-        raise ValueError("give a corpus's options by name, not as corpus_options")
-    options = spec.corpus_options({k: v for k, v in given.items() if k not in _FIELDS})
+    if "corpus_options" in overrides or "stage_options" in overrides:
+        raise ValueError("give a corpus's or a stage's options by name, not as a mapping")
+    staged = stages.options()
+    options = spec.corpus_options(
+        {k: v for k, v in given.items() if k not in _FIELDS and k not in staged}
+    )
     return BuildSettings(
-        corpus=corpus, inputs=tuple(inputs), output=output, corpus_options=options, **overrides
+        corpus=corpus,
+        inputs=tuple(inputs),
+        output=output,
+        corpus_options=options,
+        stage_options=stages.stage_options({k: v for k, v in given.items() if k in staged}),
+        **overrides,
     )
 
 

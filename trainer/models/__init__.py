@@ -8,6 +8,8 @@ logits, ``count_targets(batch)`` how many tokens the loss sums over,
 ``tokens_per_image``, ``image_size``, ``image_mean``, ``image_std`` tell the
 loader how to prepare images.
 
+- ``registry.py``: the models by name (configuration, recipe, builder) and
+  ``TrainableModel``, what the loop uses of a model;
 - ``prefixlm.py``, ``vila.py``: the two models;
 - ``attention.py``: attention kept to each packed document (varlen, flex, dense);
 - ``loss.py``: the cross-entropy a chunk of positions at a time;

@@ -119,6 +119,8 @@ class PrefixLM(nn.Module):
     objective = "prefixlm"
     image_mean = IMAGENET_MEAN
     image_std = IMAGENET_STD
+    dense_attention = "dense"
+    fsdp_preferred = False  # every size fits one device: DDP unless FSDP2 is asked for
 
     def __init__(
         self, config: PrefixLMConfig, *, vocab_size: int, seq_len: int, image_token_id: int | None
@@ -126,6 +128,7 @@ class PrefixLM(nn.Module):
         super().__init__()
         self.config = config
         self.vocab_size = vocab_size
+        self.max_positions = seq_len
         self.image_token_id = image_token_id
         self.tokens_per_image = config.tokens_per_image
         self.image_size = config.image_size
@@ -159,6 +162,9 @@ class PrefixLM(nn.Module):
         # counted here, before any wrapping shards the stem's weights
         size = config.image_size
         self.stem_flops = 3 * forward_flops(self.stem, (1, 3, size, size))
+
+    def materialize(self, device: torch.device) -> None:
+        """Nothing to do: PrefixLM is built with its weights, never on the meta device."""
 
     def shard_layers(self) -> list[nn.Module]:
         """The units FSDP2 shards, when asked to (DDP is the default: the sizes fit one device)."""

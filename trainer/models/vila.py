@@ -214,6 +214,7 @@ def lm_attention_mask(segment_ids: torch.Tensor, implementation: str, dtype: tor
 
 class Vila(nn.Module):
     objective = "vila"
+    dense_attention = "sdpa"
     fsdp_preferred = True  # an LM of billions of parameters: shard it across CUDA ranks
 
     def __init__(

@@ -70,7 +70,7 @@ def test_options_and_fields_are_told_apart():
         ("wit", {"caption": "title"}, "unknown --caption 'title'; one of: reference, attribution"),
         ("wit", {"languages": " , "}, "--languages names no language"),
         ("c4", {"caption": "alt"}, "c4 has no option 'caption'"),
-        ("mmc4", {"corpus_options": {}}, "give a corpus's options by name"),
+        ("mmc4", {"corpus_options": {}}, "give a corpus's or a stage's options by name"),
     ],
 )
 def test_bad_options_raise(corpus, options, message):
