@@ -53,6 +53,8 @@ def _click(option: Option, help: str | None = None) -> dict[str, Any]:
         return {**shown, "is_flag": True}
     if option.choices:
         return {**shown, "type": click.Choice(option.choices)}
+    if option.type is tuple and option.repeatable:
+        return {**shown, "type": str, "multiple": True, "metavar": "PATH"}
     if option.type is tuple:
         return {**shown, "type": str, "metavar": "A,B,…"}
     return {**shown, "type": option.type}

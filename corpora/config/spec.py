@@ -79,6 +79,8 @@ class Option:
     choices: tuple[str, ...] = ()
     check: Callable[[Any], str | None] | None = None
     store: Callable[[Any], Any] | None = None
+    # a tuple given by repeating the flag (--decontaminate A --decontaminate B), not by commas
+    repeatable: bool = False
 
     def __post_init__(self) -> None:
         if self.type not in OPTION_TYPES:
@@ -90,6 +92,8 @@ class Option:
 
     def value(self, given: Any) -> Any:
         """What the settings keep when the user gives ``given`` (``None``: not given)."""
+        if self.repeatable and given is not None and len(given) == 0:
+            given = None  # a repeatable flag not given at all
         value = self.default if given is None else self._coerce(given)
         if value is None:
             return None

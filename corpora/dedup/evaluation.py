@@ -25,9 +25,30 @@ import dataclasses
 import hashlib
 import os
 
+from corpora.config.spec import Option
 from corpora.dedup.phash import parse_phash, phash_hex, phash_of_image
 
 IMAGE_SOURCE_SUFFIXES = (".parquet",)
+
+
+def _check_paths(paths) -> str | None:
+    for path in paths or ():
+        if not os.path.exists(path):
+            return f"{path}: no such file or folder"
+    return None
+
+
+# The one --decontaminate flag (repeatable), for the image rules and the text
+# rules (corpora/dedup/text.py reads the text files among its paths).
+DECONTAMINATE = Option(
+    "decontaminate",
+    tuple,
+    None,
+    "evaluation data kept out of the build: a folder of images or a .parquet of their "
+    "pHashes (and the text rules' files); repeat the flag for more",
+    check=_check_paths,
+    repeatable=True,
+)
 
 
 @dataclasses.dataclass(frozen=True)

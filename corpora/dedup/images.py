@@ -46,6 +46,7 @@ import hashlib
 from collections import Counter
 from typing import Any, Callable, Iterable, Mapping
 
+from corpora.config.spec import Option, zero_is_off
 from corpora.record import Document, Drop, ImageChunk
 
 DUPLICATE_IMAGE = "duplicate_image"
@@ -255,6 +256,60 @@ class ImageDedupSettings:
     def hashes(self) -> bool:
         """Whether the fetch stage computes perceptual hashes."""
         return self.near or bool(self.decontaminate)
+
+    @property
+    def urls_first(self) -> bool:
+        """Whether URLs are deduplicated before the fetch: with ``near`` or
+        ``--max-image-repeats``. Under the default ``exact`` they are not, so
+        two records that share a URL which fails keep their fetch failure
+        (the bytes step still removes every copy that arrives)."""
+        return self.near or self.max_repeats is not None
+
+    @property
+    def bytes_after(self) -> bool:
+        return self.exact or self.max_repeats is not None
+
+
+def image_dedup(settings) -> ImageDedupSettings:
+    """A build's image dedup settings (``settings.stage_options``)."""
+    return ImageDedupSettings.from_options(settings.stage_options)
+
+
+def hashing_fetch(settings):
+    """``settings.fetch``, asked for perceptual hashes when a rule needs them."""
+    if image_dedup(settings).hashes and not settings.fetch.perceptual_hash:
+        return dataclasses.replace(settings.fetch, perceptual_hash=True)
+    return settings.fetch
+
+
+def _check_distance(value) -> str | None:
+    return None if value is None or 0 <= value <= 31 else "a number of bits in 0..31"
+
+
+DEDUP_IMAGES = Option(
+    "dedup_images",
+    str,
+    DEFAULT_MODE,
+    "duplicate images: off, exact (one copy of each image body) or near "
+    "(also perceptual near duplicates; docs/dedup.md)",
+    choices=DEDUP_MODES,
+)
+NEAR_DUP_DISTANCE = Option(
+    "near_dup_distance",
+    int,
+    12,
+    "the Hamming radius, in bits of a 64-bit pHash, of --dedup-images near and "
+    "--decontaminate images",
+    check=_check_distance,
+)
+MAX_IMAGE_REPEATS = Option(
+    "max_image_repeats",
+    int,
+    0,
+    "remove an image from every document when it is in more than N (OBELICS: 10); 0: off",
+    store=zero_is_off,
+)
+OPTIONS = (DEDUP_IMAGES, NEAR_DUP_DISTANCE, MAX_IMAGE_REPEATS)
 
 
 def thumbnail(data: bytes, size: int = 64) -> str:

@@ -12,8 +12,9 @@ Stages from outside the package: ``CORPORA_STAGES`` names importable modules
 runs right after the stage it names. The workers of a build must be able to
 import them too.
 
->>> [stage.name for stage in STAGES]
-['read', 'filter', 'spread', 'select', 'fetch', 'clip', 'layout', 'pack']
+>>> [stage.name for stage in STAGES]  # doctest: +NORMALIZE_WHITESPACE
+['read', 'filter', 'spread', 'select', 'duplicate_image_urls', 'fetch', 'duplicate_images',
+ 'near_duplicate_images', 'clip', 'layout', 'pack']
 """
 
 from __future__ import annotations
@@ -23,6 +24,15 @@ import os
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from corpora.config.spec import Option
+from corpora.dedup.evaluation import DECONTAMINATE
+from corpora.dedup.images import (
+    DUPLICATE_IMAGE,
+    EVAL_CONTAMINATION,
+    IMAGE_REPEATED,
+    NEAR_DUPLICATE_IMAGE,
+    image_dedup,
+)
+from corpora.dedup.images import OPTIONS as IMAGE_DEDUP_OPTIONS
 from corpora.stages.stage import Stage, StageError
 
 if TYPE_CHECKING:
@@ -55,10 +65,35 @@ STAGES = (
         applies=lambda spec, settings: spec.top_fraction(settings) is not None,
     ),
     Stage(
+        "duplicate_image_urls",
+        "one record per image URL, and none past --max-image-repeats, before any download "
+        "(with --dedup-images near or --max-image-repeats)",
+        beam="pipelines.dedup_images:image_urls_step",
+        reasons=(DUPLICATE_IMAGE, IMAGE_REPEATED),
+        applies=lambda spec, settings: spec.images and image_dedup(settings).urls_first,
+    ),
+    Stage(
         FETCH,
         "download, check, resize and keep each image (through the image store)",
         beam="pipelines.transforms:fetch_step",
         applies=lambda spec, settings: spec.images,
+    ),
+    Stage(
+        "duplicate_images",
+        "one copy of each image body (sha256) and none past --max-image-repeats",
+        beam="pipelines.dedup_images:image_bytes_step",
+        options=IMAGE_DEDUP_OPTIONS,
+        reasons=(DUPLICATE_IMAGE, IMAGE_REPEATED),
+        applies=lambda spec, settings: spec.images and image_dedup(settings).bytes_after,
+    ),
+    Stage(
+        "near_duplicate_images",
+        "perceptual near duplicates (--dedup-images near) and evaluation images "
+        "(--decontaminate) by pHash, LSH buckets and connected components",
+        beam="pipelines.dedup_images:near_images_step",
+        options=(DECONTAMINATE,),
+        reasons=(NEAR_DUPLICATE_IMAGE, EVAL_CONTAMINATION),
+        applies=lambda spec, settings: spec.images and image_dedup(settings).hashes,
     ),
     Stage(
         "clip",

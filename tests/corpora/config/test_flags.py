@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from corpora import stages
 from corpora.config import flags
 from corpora.config.bundled_sample import SAMPLE_IMAGES, SAMPLE_TOKENIZER
 from corpora.config.flags import FlagError, settings_from_flags
@@ -24,6 +25,7 @@ def test_no_flags_gives_the_defaults(tmp_path):
         output=str(tmp_path / "out"),
         fetch=dataclasses.replace(DEFAULTS.fetch, progress_interval=flags.PROGRESS_EVERY),
         store=StoreSettings(str(tmp_path / "out" / "image-store")),
+        stage_options=stages.stage_options({}),  # every stage option's default (dedup's)
     )
     assert built.tokenizer == SAMPLE_TOKENIZER and built.clip is None
 
