@@ -45,7 +45,7 @@ DECONTAMINATE = Option(
     tuple,
     None,
     "evaluation data kept out of the build: a folder of images or a .parquet of their "
-    "pHashes (and the text rules' files); repeat the flag for more",
+    "pHashes (and the text rules' files); repeat the flag for more.",
     check=_check_paths,
     repeatable=True,
 )

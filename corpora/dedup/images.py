@@ -291,7 +291,7 @@ DEDUP_IMAGES = Option(
     str,
     DEFAULT_MODE,
     "duplicate images: off, exact (one copy of each image body) or near "
-    "(also perceptual near duplicates; docs/dedup.md)",
+    "(also perceptual near duplicates; docs/dedup.md).",
     choices=DEDUP_MODES,
 )
 NEAR_DUP_DISTANCE = Option(
@@ -299,14 +299,14 @@ NEAR_DUP_DISTANCE = Option(
     int,
     12,
     "the Hamming radius, in bits of a 64-bit pHash, of --dedup-images near and "
-    "--decontaminate images",
+    "--decontaminate images.",
     check=_check_distance,
 )
 MAX_IMAGE_REPEATS = Option(
     "max_image_repeats",
     int,
     0,
-    "remove an image from every document when it is in more than N (OBELICS: 10); 0: off",
+    "remove an image from every document when it is in more than N (OBELICS: 10); 0: off.",
     store=zero_is_off,
 )
 OPTIONS = (DEDUP_IMAGES, NEAR_DUP_DISTANCE, MAX_IMAGE_REPEATS)

@@ -20,6 +20,10 @@ SECTIONS = [
     "Corpus options: mmc4, mmc4-pairs, mmc4-reordered",
     "Corpus options: mmc4, mmc4-reordered",
     "Corpus options: wit",
+    "Stage duplicate_images: one copy of each image body (sha256) and none past "
+    "--max-image-repeats",
+    "Stage near_duplicate_images: perceptual near duplicates (--dedup-images near) and "
+    "evaluation images (--decontaminate) by pHash, LSH buckets and connected components",
     "Runner (Beam)",
     "Other options",
 ]

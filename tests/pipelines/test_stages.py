@@ -71,15 +71,16 @@ def toy_stage(tmp_path, monkeypatch) -> dict[str, str]:
 
 def test_a_plugin_stage_runs_where_it_says(toy_stage):
     names = [stage.name for stage in stages.all_stages()]
-    assert names == ["read", "filter", "regex", "spread", "select", "fetch", "clip", "layout",
+    assert names == ["read", "filter", "regex", "spread", "select", "duplicate_image_urls",
+                     "fetch", "duplicate_images", "near_duplicate_images", "clip", "layout",
                      "pack"]  # fmt: skip
     assert "drop_matching" in stages.options()
     settings = corpus_settings("mmc4-pairs", ("d.jsonl",), "out", drop_matching="x")
-    assert settings.stage_options == {"drop_matching": "x"}
+    assert settings.stage_options["drop_matching"] == "x"
     from corpora.config import catalog
 
     active = [s.name for s in stages.active(catalog.get("mmc4-pairs"), settings)]
-    assert active == ["read", "regex", "spread", "fetch", "pack"]
+    assert active == ["read", "regex", "spread", "fetch", "duplicate_images", "pack"]
     without = corpus_settings("mmc4-pairs", ("d.jsonl",), "out")
     assert "regex" not in [s.name for s in stages.active(catalog.get("mmc4-pairs"), without)]
 
@@ -107,7 +108,7 @@ def test_the_generic_wrapper_routes_a_cores_drops_under_its_name():
 
 
 def test_stage_entries_list_every_stage_run_with_its_drops_and_report():
-    read, fetch = stages.STAGES[0], stages.STAGES[4]
+    read, fetch = stages.STAGES[0], next(s for s in stages.STAGES if s.name == stages.FETCH)
     entries = stage_entries(
         (read, fetch),
         [(("fetch", "http_404"), 1), (("read", "bad_json"), 2), (("fetch", "http_404"), 3)],
