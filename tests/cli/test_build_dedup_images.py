@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import json
 import os
 
 import pytest
@@ -70,7 +69,7 @@ def _kept_urls(output: str) -> set[str]:
     kept = set()
     for shard in glob.glob(os.path.join(output, "*.tar")):
         for sample in read_tar(shard):
-            for doc in json.loads(sample["json"]):
+            for doc in sample["json"]["documents"]:
                 kept.update(image["url"] for image in doc["images"])
     return kept
 
