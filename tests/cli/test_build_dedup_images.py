@@ -7,6 +7,7 @@ import glob
 import hashlib
 import os
 
+import pyarrow.parquet as pq
 import pytest
 
 from corpora.dedup.images import DUPLICATE_IMAGE, EVAL_CONTAMINATION, NEAR_DUPLICATE_IMAGE
@@ -158,3 +159,28 @@ def test_every_rule_on_gives_the_same_bytes_on_1_and_2_workers_and_portable_runn
     # coffee and its near copies are evaluation images: none is in the build
     assert dropped[EVAL_CONTAMINATION] >= 1
     assert not any(urls[u][0] == "coffee" for u in _kept_urls(str(tmp_path / "one")))
+
+
+@pytest.mark.slow
+def test_corpora_fetch_never_downloads_an_image_past_max_image_repeats(tmp_path):
+    photos = {k: v for k, v in planted().items() if k[1] == "original"}
+    with ImageServer() as server:
+        urls = _serve(server, photos)
+        logo = server.url("/photos/coffee/original")
+        rows = {**urls, **{f"{logo}?copy={i}": ("coffee", "original") for i in range(2)}}
+        source = _coyo_input(str(tmp_path), rows)
+        # the same URL in three records: the query strings are served by the same route
+        table = pq.read_table(source).to_pylist()
+        for row in table:
+            if row["url"].startswith(logo):
+                row["url"] = logo
+        source = fixtures.write_coyo_parquet(source, table)
+        store = str(tmp_path / "store")
+        done = run_cli(
+            "fetch", "coyo", "--input", source, "--image-store", store,
+            "--max-image-repeats", "2", "--allow-private-urls", "--progress-every", "0",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        requested = [path for path in server.requests if path.startswith("/photos/")]
+    assert "/photos/coffee/original" not in requested  # in 3 records: removed before the fetch
+    assert sorted(requested) == sorted(f"/photos/{p}/original" for p, _ in photos if p != "coffee")
