@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import json
 import os
 
 import pyarrow.parquet as pq
@@ -111,6 +112,27 @@ def test_exact_removes_the_copies_and_near_the_planted_near_duplicates(tmp_path)
     kept = {urls[u] for u in _kept_urls(str(tmp_path / "near"))}
     assert {p for p, _ in kept} == set(originals)  # no two unrelated photos merged
     assert all(_balanced(m) for m in (off, exact, near))
+
+    # each stage's manifest entry, stats.json's dedup section, report.html's
+    entries = {entry["name"]: entry for entry in near["stages"]}
+    assert entries["duplicate_images"]["report"]["removed"] == {DUPLICATE_IMAGE: 8}
+    near_report = entries["near_duplicate_images"]["report"]
+    assert near_report["removed"] == {NEAR_DUPLICATE_IMAGE: dropped[NEAR_DUPLICATE_IMAGE]}
+    assert near_report["clusters_whole"] and near_report["clusters"] == len(originals)
+    with open(tmp_path / "near" / "stats.json") as handle:
+        section = json.load(handle)["dedup"]
+    assert {(r["stage"], r["reason"]) for r in section["removed"]} == {
+        ("duplicate_images", DUPLICATE_IMAGE),
+        ("near_duplicate_images", NEAR_DUPLICATE_IMAGE),
+    }
+    assert len(section["most_repeated"]) == len(originals)  # each photo and its copy
+    assert all(e["documents"] == 2 and "thumbnail" in e for e in section["most_repeated"])
+    with open(tmp_path / "off" / "stats.json") as handle:
+        assert "dedup" not in json.load(handle)
+    done = run_cli("report", str(tmp_path / "near"))
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "near" / "report.html").read_text()
+    assert "Duplicates and evaluation images" in page and page.count('class="cluster"') == 4
 
 
 @pytest.mark.slow
