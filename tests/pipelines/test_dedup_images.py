@@ -107,3 +107,40 @@ def test_images_near_an_evaluation_image_are_removed_and_only_those(tmp_path):
     assert contaminated == [
         f"http://photos.test/{p}/{v}" for p in ("coffee", "rocket") for v in ("original", "q60")
     ]
+
+
+def test_an_interleaved_document_loses_the_later_copy_and_keeps_its_text(tmp_path):
+    photos = planted()
+    image = process_image(photos["rocket", "original"], SETTINGS)
+    other = process_image(photos["camera", "original"], SETTINGS)
+
+    def doc(id_, urls, outcomes):
+        chunks = tuple(c for u in urls for c in (ImageChunk(u), TextChunk(f"{id_} {u}")))
+        return attach_images(Document(id_, "mmc4", chunks), outcomes, False)
+
+    docs = [
+        doc(
+            "b",
+            ["http://x/copy", "http://x/camera"],
+            {"http://x/copy": image, "http://x/camera": other},
+        ),
+        doc("a", ["http://x/rocket"], {"http://x/rocket": image}),
+        doc("c", ["http://x/again"], {"http://x/again": image}),
+    ]
+    pipeline = direct_pipeline(2)
+    batches = pipeline | beam.Create([docs[:2], docs[2:]])
+    exact = batches | ExactImages("duplicate_images", "bytes", True, None, False)
+    seen = _collect(
+        pipeline,
+        {
+            "kept": exact["docs"] | beam.FlatMap(lambda batch: batch),
+            "drops": exact["dropped"],
+        },
+        str(tmp_path),
+    )
+    kept = {d.id: d for d in seen["kept"]}
+    assert seen["drops"] == []
+    assert [i.url for i in kept["a"].images] == ["http://x/rocket"]  # the smallest id keeps it
+    assert [i.url for i in kept["b"].images] == ["http://x/camera"]
+    assert kept["b"].meta["images_removed"] == {DUPLICATE_IMAGE: 1}
+    assert kept["c"].images == [] and len(kept["c"].texts) == 1  # its layout decides
