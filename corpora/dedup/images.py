@@ -47,6 +47,7 @@ from collections import Counter
 from typing import Any, Callable, Iterable, Mapping
 
 from corpora.config.spec import Option, zero_is_off
+from corpora.dedup.phash import DEFAULT_DISTANCE
 from corpora.record import Document, Drop, ImageChunk
 
 DUPLICATE_IMAGE = "duplicate_image"
@@ -218,7 +219,7 @@ class ImageDedupSettings:
     """
 
     mode: str = DEFAULT_MODE
-    distance: int = 12
+    distance: int = DEFAULT_DISTANCE
     max_repeats: int | None = None
     decontaminate: tuple[str, ...] = ()
 
@@ -234,8 +235,6 @@ class ImageDedupSettings:
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> "ImageDedupSettings":
-        from corpora.dedup.phash import DEFAULT_DISTANCE
-
         distance = options.get("near_dup_distance")
         return cls(
             mode=options.get("dedup_images") or DEFAULT_MODE,
@@ -297,7 +296,7 @@ DEDUP_IMAGES = Option(
 NEAR_DUP_DISTANCE = Option(
     "near_dup_distance",
     int,
-    12,
+    DEFAULT_DISTANCE,
     "the Hamming radius, in bits of a 64-bit pHash, of --dedup-images near and "
     "--decontaminate images.",
     check=_check_distance,
