@@ -8,9 +8,10 @@ kept; no step holds every hash in one place:
   ``image_repeated``);
 - :class:`NearImages`: perceptual hashes filed under their LSH bands
   (:mod:`corpora.dedup.lsh`), each bucket compared alone; the near pairs
-  joined into clusters by :data:`ROUNDS` rounds of min-label propagation
-  (each a join and a combine by node), evaluation images matched in the
-  same buckets (``near_duplicate_image``, ``eval_contamination``).
+  joined into clusters by a union-find combine (:class:`Components`: it
+  holds the near pairs, a small share of the images, never the hashes),
+  evaluation images matched in the same buckets (``near_duplicate_image``,
+  ``eval_contamination``).
 
 What leaves is applied to the batches through a side input of the removals
 only (record id → positions): the records themselves, which hold image
@@ -32,10 +33,6 @@ from corpora.dedup.phash import phash_hex
 from corpora.record import Document, Drop
 from pipelines.transforms import DROPPED, NAMESPACE, route_batch
 
-# Rounds of min-label propagation: a cluster whose members are at most this
-# many near pairs (+1) from its smallest member is joined whole. Near-duplicate
-# clusters are stars around one photo; the report says whether labels still moved.
-ROUNDS = 6
 TOP = 8  # the most repeated images in a report
 CLUSTERS = 4  # the largest near-duplicate clusters in a report, ...
 CLUSTER_MEMBERS = 4  # ... with at most this many members each
@@ -235,7 +232,7 @@ class NearImages(beam.PTransform):
             >> beam.Map(lambda node: (node[0], (node[1], rules.EVAL_CONTAMINATION)))
         )
         edges = found | f"{name}Edges" >> beam.FlatMap(lambda f: [f[1]] if f[0] == "edge" else [])
-        labels, moved = _components(edges, name)
+        labels = _components(edges, name)
         near_entries = labels | f"{name}NearEntries" >> beam.FlatMap(
             lambda kv: [(r, (p, why)) for r, p, why in rules.near_removals([kv])]
         )
@@ -270,7 +267,6 @@ class NearImages(beam.PTransform):
                 removed=beam.pvalue.AsList(_removed_counts(entries, name)),
                 largest=beam.pvalue.AsSingleton(largest),
                 clusters=beam.pvalue.AsSingleton(sizes),
-                moved=beam.pvalue.AsSingleton(moved),
                 thumbs=beam.pvalue.AsList(thumbs),
             )
         )
@@ -281,43 +277,54 @@ def _reverse_node(node: tuple[str, int]) -> tuple:
     return _reverse(node[0]) + (-node[1],)
 
 
-def _components(edges: beam.PCollection, name: str):
-    """Each node of ``edges`` with its cluster's smallest node, after
-    :data:`ROUNDS` rounds; and how many labels the last round still moved (0:
-    every cluster is whole)."""
-    adjacent = edges | f"{name}BothWays" >> beam.FlatMap(lambda e: [(e[0], e[1]), (e[1], e[0])])
-    labels = (
-        adjacent
-        | f"{name}Label0" >> beam.Map(lambda kv: (kv[0], min(kv[0], kv[1])))
-        | f"{name}Min0" >> beam.CombinePerKey(min)
+class Components(beam.CombineFn):
+    """Near pairs into clusters: a union-find whose roots are each cluster's
+    smallest node, so the result does not depend on the order pairs arrive or
+    how the runner splits them. It holds the near pairs only (a small share
+    of the images), never the hashes."""
+
+    def create_accumulator(self) -> dict:
+        return {}
+
+    def add_input(self, parent: dict, edge) -> dict:
+        _union(parent, edge[0], edge[1])
+        return parent
+
+    def merge_accumulators(self, accumulators) -> dict:
+        merged: dict = {}
+        for parent in accumulators:
+            for node, up in parent.items():
+                _union(merged, node, up)
+        return merged
+
+    def extract_output(self, parent: dict) -> list:
+        return sorted((node, _root(parent, node)) for node in parent)
+
+
+def _root(parent: dict, node):
+    parent.setdefault(node, node)
+    while parent[node] != node:
+        parent[node] = parent[parent[node]]
+        node = parent[node]
+    return node
+
+
+def _union(parent: dict, a, b) -> None:
+    ra, rb = _root(parent, a), _root(parent, b)
+    if ra != rb:
+        parent[max(ra, rb)] = min(ra, rb)
+
+
+def _components(edges: beam.PCollection, name: str) -> beam.PCollection:
+    """Each node of ``edges`` with its cluster's smallest node."""
+    return (
+        edges
+        | f"{name}Components" >> beam.CombineGlobally(Components())
+        | f"{name}Labels" >> beam.FlatMap(lambda labels: labels)
     )
-    previous = labels
-    for round_ in range(1, ROUNDS + 1):
-        previous = labels
-        labels = (
-            {"label": labels, "adjacent": adjacent}
-            | f"{name}Join{round_}" >> beam.CoGroupByKey()
-            | f"{name}Spread{round_}" >> beam.FlatMap(_spread_label)
-            | f"{name}Min{round_}" >> beam.CombinePerKey(min)
-        )
-    moved = (
-        {"before": previous, "after": labels}
-        | f"{name}Compare" >> beam.CoGroupByKey()
-        | f"{name}Moved" >> beam.Map(lambda kv: int(list(kv[1]["before"]) != list(kv[1]["after"])))
-        | f"{name}SumMoved" >> beam.CombineGlobally(sum)
-    )
-    return labels, moved
 
 
-def _spread_label(item) -> Iterator[tuple]:
-    node, joined = item
-    label = min(joined["label"])
-    yield node, label
-    for neighbour in joined["adjacent"]:
-        yield neighbour, label
-
-
-def _near_report(_, radius, sources, removed, largest, clusters, moved, thumbs) -> dict:
+def _near_report(_, radius, sources, removed, largest, clusters, thumbs) -> dict:
     thumbnails = dict(thumbs)
     shown = []
     for size, label, members in sorted(largest, key=lambda c: (-c[0], c[1])):
@@ -344,7 +351,6 @@ def _near_report(_, radius, sources, removed, largest, clusters, moved, thumbs) 
         "removed": dict(sorted(removed)),
         "clusters": clusters,
         "largest_clusters": shown,
-        "clusters_whole": moved == 0,
     }
     if sources:
         report["decontaminate"] = list(sources)

@@ -11,7 +11,7 @@ order. Every pair within the radius is found: banding here loses nothing.
 The pairs are then joined into clusters by connected components; the member
 with the smallest key (record id, image position) is kept
 (:func:`components`, the pure reference the Beam steps of
-:mod:`pipelines.dedup_images` compute by rounds of min-label propagation).
+:mod:`pipelines.dedup_images` compute by a union-find combine).
 
 >>> bands(3)  # (shift, width) of each band of a 64-bit hash, radius 3: 4 bands of 16 bits
 ((0, 16), (16, 16), (32, 16), (48, 16))

@@ -397,7 +397,7 @@ def dedup_section(manifest: Mapping[str, Any]) -> dict[str, Any] | None:
     ...     {"name": "duplicate_images", "report": {"removed": {"duplicate_image": 2},
     ...      "most_repeated": [{"sha256": "ab", "documents": 3}]}},
     ...     {"name": "near_duplicate_images", "report": {"removed": {}, "radius": 12,
-    ...      "clusters": 0, "largest_clusters": [], "clusters_whole": True}}]}
+    ...      "clusters": 0, "largest_clusters": []}}]}
     >>> section = dedup_section(manifest)
     >>> section["removed"], section["most_repeated"]
     ([{'stage': 'duplicate_images', 'reason': 'duplicate_image', 'count': 2}], [{'sha256': 'ab', 'documents': 3}])

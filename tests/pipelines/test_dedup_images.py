@@ -93,7 +93,7 @@ def test_exact_removes_exactly_the_copies_and_near_the_planted_near_duplicates(n
     reports = {tuple(sorted(r["removed"])): r for r in seen["reports"]}
     near_report = next(r for r in seen["reports"] if "radius" in r)
     assert near_report["removed"] == {NEAR_DUPLICATE_IMAGE: len(near_removed)}
-    assert near_report["clusters_whole"] and near_report["clusters"] == len(originals)
+    assert near_report["clusters"] == len(originals)
     assert reports
 
 
@@ -144,3 +144,26 @@ def test_an_interleaved_document_loses_the_later_copy_and_keeps_its_text(tmp_pat
     assert [i.url for i in kept["b"].images] == ["http://x/camera"]
     assert kept["b"].meta["images_removed"] == {DUPLICATE_IMAGE: 1}
     assert kept["c"].images == [] and len(kept["c"].texts) == 1  # its layout decides
+
+
+def test_the_components_combine_gives_the_union_find_reference_however_pairs_are_split():
+    import random
+
+    from corpora.dedup.lsh import components
+    from pipelines.dedup_images import Components
+
+    rng = random.Random(5)
+    nodes = [(f"r{i:02d}", i % 3) for i in range(40)]
+    edges = [tuple(sorted(rng.sample(nodes, 2))) for _ in range(30)]
+    expected = sorted(
+        (n, r) for n, r in components(nodes, edges).items() if n != r or any(n in e for e in edges)
+    )
+    combine = Components()
+    for _ in range(5):
+        rng.shuffle(edges)
+        cut = rng.randrange(len(edges))
+        parts = [combine.create_accumulator(), combine.create_accumulator()]
+        for index, edge in enumerate(edges):
+            parts[index < cut] = combine.add_input(parts[index < cut], edge)
+        merged = combine.merge_accumulators(parts)
+        assert combine.extract_output(merged) == expected

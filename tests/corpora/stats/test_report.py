@@ -162,7 +162,6 @@ def test_the_dedup_section_shows_each_rule_the_repeated_images_and_the_clusters(
                             ],
                         }
                     ],
-                    "clusters_whole": True,
                     "decontaminate": [
                         {"path": "eval/", "kind": "images", "sha256": "f" * 64, "images": 3}
                     ],
