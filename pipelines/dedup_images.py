@@ -14,15 +14,19 @@ kept; no step holds every hash in one place:
   ``eval_contamination``).
 
 What leaves is applied to the batches through a side input of the removals
-only (record id → positions): the records themselves, which hold image
-bytes after the fetch, never cross a shuffle here. Every decision depends on
+only (record id → positions). After the fetch the records hold their images:
+each batch is written once to the build's stash (:class:`Look`) and read
+back where the removals are applied, so the runner holds a reference per
+batch while the decisions are made, never the images (as
+:class:`pipelines.transforms.Spread` does). Every decision depends on
 record ids and hashes only, so the output is the same whatever the runner,
 the batches and the worker count.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+import functools
+from typing import Callable, Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -31,21 +35,64 @@ from corpora.dedup import images as rules
 from corpora.dedup.lsh import band_keys, near_pairs
 from corpora.dedup.phash import phash_hex
 from corpora.record import Document, Drop
+from corpora.store.stash import RECORDS, BlobWriter
+from pipelines.store import StashReader, reference, stash_files
 from pipelines.transforms import DROPPED, NAMESPACE, route_batch
+
+FOUND = "found"  # what a rule needs of a batch: occurrences or hashes
+THUMBS = "thumbnails"  # the report's thumbnails, made where a batch is read back
 
 TOP = 8  # the most repeated images in a report
 CLUSTERS = 4  # the largest near-duplicate clusters in a report, ...
 CLUSTER_MEMBERS = 4  # ... with at most this many members each
 
 
+class Look(beam.DoFn):
+    """What a rule needs of each batch (``found``), and the batch itself: after
+    the fetch, written once to the build's stash with only its reference going
+    on (``output``), so the runner never holds the images while the rule's
+    decisions are made; before the fetch (no ``output``), as it is."""
+
+    def __init__(self, looks: Callable[[list[Document]], Iterable], output: str | None):
+        self._looks = looks
+        self._output = output
+        self._files = None
+
+    def setup(self) -> None:
+        if self._output is not None:
+            self._files = stash_files(self._output, RECORDS)
+
+    def process(self, batch: list[Document]) -> Iterator:
+        for item in self._looks(batch):
+            yield beam.pvalue.TaggedOutput(FOUND, item)
+        if self._files is None:
+            yield batch
+            return
+        writer = BlobWriter(self._files)
+        ref = writer.put(batch)
+        writer.flush()  # written before the reference leaves the bundle
+        yield reference(ref)
+
+
 class ApplyRemovals(beam.DoFn):
-    """A batch with the removals of its records applied (drops to ``dropped``)."""
+    """A batch (read back from the stash) with the removals of its records
+    applied: the records kept as one batch, drops to ``dropped``, and the
+    thumbnails of the images the report shows (``wanted``) to ``thumbnails``."""
 
     def __init__(self, stage: str, drop_document: bool):
         self._stage = stage
         self._drop_document = drop_document
 
-    def process(self, batch: list[Document], entries) -> Iterator:
+    def setup(self) -> None:
+        self._reader = StashReader()
+
+    def teardown(self) -> None:
+        self._reader.close()
+
+    def process(self, value, entries, wanted) -> Iterator:
+        batch = self._reader.get(value)
+        for item in _thumbnails(batch, wanted):
+            yield beam.pvalue.TaggedOutput(THUMBS, item)
         results = []
         for doc in batch:
             found = entries[doc.id]  # a multimap: empty for a record without removals
@@ -68,6 +115,19 @@ def _thumbnails(batch: list[Document], wanted: dict) -> Iterator[tuple]:
                 yield (doc.id, position), (image.url, rules.thumbnail(image.data))
 
 
+def _occurrences(batch: list[Document], key_of) -> list:
+    return [o for doc in batch for o in rules.occurrences(doc, key_of)]
+
+
+def _hashes(batch: list[Document]) -> list:
+    return [
+        ((doc.id, position), phash_hex(image.meta[rules.PHASH]))
+        for doc in batch
+        for position, image in enumerate(doc.images)
+        if image.meta.get(rules.PHASH) is not None
+    ]
+
+
 def _removed_counts(entries: beam.PCollection, label: str) -> beam.PCollection:
     return (
         entries
@@ -83,8 +143,17 @@ class ExactImages(beam.PTransform):
     dict: images removed by reason and the most repeated images (with
     thumbnails when the records hold bytes)."""
 
-    def __init__(self, name: str, key: str, dedup: bool, max_repeats, drop_document: bool):
+    def __init__(
+        self,
+        name: str,
+        key: str,
+        dedup: bool,
+        max_repeats,
+        drop_document: bool,
+        output: str | None = None,
+    ):
         super().__init__()
+        self._output = output
         self._name = name
         self._key = key
         self._dedup = dedup
@@ -94,12 +163,10 @@ class ExactImages(beam.PTransform):
     def expand(self, batches):
         name, dedup, max_repeats = self._name, self._dedup, self._max_repeats
         key_of: Callable = rules.url_key if self._key == "url" else rules.bytes_key
-        groups = (
-            batches
-            | f"{name}Occurrences"
-            >> beam.FlatMap(lambda batch: [o for d in batch for o in rules.occurrences(d, key_of)])
-            | f"{name}ByKey" >> beam.GroupByKey()
-        )
+        looked = batches | f"{name}Look" >> beam.ParDo(
+            Look(functools.partial(_occurrences, key_of=key_of), self._output)
+        ).with_outputs(FOUND, main="batches")
+        groups = looked[FOUND] | f"{name}ByKey" >> beam.GroupByKey()
         removals = groups | f"{name}Decide" >> beam.FlatMap(_decided, dedup, max_repeats)
         entries = [removals]
         if self._key == "url":  # the copy kept counts the documents of the others
@@ -109,9 +176,6 @@ class ExactImages(beam.PTransform):
                 >> beam.FlatMap(lambda kv: [(r, (p, n)) for r, p, n in _kept(kv[1])])
             )
         entries = tuple(entries) | f"{name}Entries" >> beam.Flatten()
-        applied = batches | f"{name}Apply" >> beam.ParDo(
-            ApplyRemovals(name, self._drop_document), beam.pvalue.AsMultiMap(entries)
-        ).with_outputs(DROPPED, main="docs")
         top = (
             groups
             | f"{name}Repeats"
@@ -121,9 +185,12 @@ class ExactImages(beam.PTransform):
         wanted = top | f"{name}Wanted" >> beam.Map(
             lambda found: {(o.record_id, o.position) for n, _, o in found if n > 1}
         )
-        thumbs = batches | f"{name}Thumbnails" >> beam.FlatMap(
-            _thumbnails, wanted=beam.pvalue.AsSingleton(wanted)
-        )
+        applied = looked.batches | f"{name}Apply" >> beam.ParDo(
+            ApplyRemovals(name, self._drop_document),
+            beam.pvalue.AsMultiMap(entries),
+            beam.pvalue.AsSingleton(wanted),
+        ).with_outputs(DROPPED, THUMBS, main="docs")
+        thumbs = applied[THUMBS]
         report = (
             batches.pipeline
             | f"{name}Finish" >> beam.Create([None])
@@ -196,8 +263,10 @@ class NearImages(beam.PTransform):
         drop_document: bool,
         eval_hashes: tuple[int, ...] = (),
         sources: tuple[dict, ...] = (),
+        output: str | None = None,
     ):
         super().__init__()
+        self._output = output
         self._name, self._radius, self._near = name, radius, near
         self._drop_document = drop_document
         self._eval_hashes, self._sources = tuple(eval_hashes), tuple(sources)
@@ -205,14 +274,10 @@ class NearImages(beam.PTransform):
     def expand(self, batches):
         name, radius, near = self._name, self._radius, self._near
         pipeline = batches.pipeline
-        nodes = batches | f"{name}Hashes" >> beam.FlatMap(
-            lambda batch: [
-                ((doc.id, position), phash_hex(image.meta[rules.PHASH]))
-                for doc in batch
-                for position, image in enumerate(doc.images)
-                if image.meta.get(rules.PHASH) is not None
-            ]
+        looked = batches | f"{name}Look" >> beam.ParDo(Look(_hashes, self._output)).with_outputs(
+            FOUND, main="batches"
         )
+        nodes = looked[FOUND]
         evals = pipeline | f"{name}EvalHashes" >> beam.Create(
             [(("", index), phash_hex(value)) for index, value in enumerate(self._eval_hashes)]
         )
@@ -237,9 +302,6 @@ class NearImages(beam.PTransform):
             lambda kv: [(r, (p, why)) for r, p, why in rules.near_removals([kv])]
         )
         entries = (hits, near_entries) | f"{name}Entries" >> beam.Flatten()
-        applied = batches | f"{name}Apply" >> beam.ParDo(
-            ApplyRemovals(name, self._drop_document), beam.pvalue.AsMultiMap(entries)
-        ).with_outputs(DROPPED, main="docs")
         clusters = (
             labels
             | f"{name}ByLabel" >> beam.Map(lambda kv: (kv[1], kv[0]))
@@ -253,9 +315,12 @@ class NearImages(beam.PTransform):
         wanted = largest | f"{name}Wanted" >> beam.Map(
             lambda top: {m for _, _, members in top for m in members[:CLUSTER_MEMBERS]}
         )
-        thumbs = batches | f"{name}Thumbnails" >> beam.FlatMap(
-            _thumbnails, wanted=beam.pvalue.AsSingleton(wanted)
-        )
+        applied = looked.batches | f"{name}Apply" >> beam.ParDo(
+            ApplyRemovals(name, self._drop_document),
+            beam.pvalue.AsMultiMap(entries),
+            beam.pvalue.AsSingleton(wanted),
+        ).with_outputs(DROPPED, THUMBS, main="docs")
+        thumbs = applied[THUMBS]
         report = (
             pipeline
             | f"{name}Finish" >> beam.Create([None])
@@ -372,6 +437,8 @@ def _exact_step(stage, batches, build, key: str):
         settings.exact,
         settings.max_repeats,
         build.spec.drop_on_image_failure,
+        # after the fetch the batches hold images: stashed while the groups decide
+        output=build.settings.output if key == "bytes" else None,
     )
     build.dropped(stage.name, found["dropped"])
     build.report(stage.name, found["report"])
@@ -404,6 +471,7 @@ def near_images_step(stage, batches, build):
         build.spec.drop_on_image_failure,
         eval_hashes=tuple(h for source in sources for h in source.hashes),
         sources=tuple(source.summary() for source in sources),
+        output=build.settings.output,
     )
     build.dropped(stage.name, found["dropped"])
     build.report(stage.name, found["report"])

@@ -32,12 +32,15 @@ def _records(photos) -> list[Document]:
     return docs
 
 
-def _run(docs, workers=1, near=True, evals=()):
+def _run(docs, workers=1, near=True, evals=(), output=None):
     pipeline = direct_pipeline(workers)
     batches = pipeline | beam.Create([docs[i : i + 7] for i in range(0, len(docs), 7)])
-    exact = batches | "Exact" >> ExactImages("dedup_images", "bytes", True, None, True)
+    # with an output, the batches wait in its stash while the rules decide
+    exact = batches | "Exact" >> ExactImages(
+        "dedup_images", "bytes", True, None, True, output=output
+    )
     near_ = exact["docs"] | "Near" >> NearImages(
-        "near_images", DEFAULT_DISTANCE, near, True, eval_hashes=evals
+        "near_images", DEFAULT_DISTANCE, near, True, eval_hashes=evals, output=output
     )
     kept = near_["docs"] | beam.FlatMap(lambda batch: [d.images[0].url for d in batch])
     drops = (exact["dropped"], near_["dropped"]) | beam.Flatten()
@@ -72,7 +75,7 @@ def _collect(pipeline, results, folder) -> dict:
 def test_exact_removes_exactly_the_copies_and_near_the_planted_near_duplicates(near, tmp_path):
     photos = planted()
     docs = _records(photos)
-    pipeline, results = _run(docs, near=near)
+    pipeline, results = _run(docs, near=near, output=str(tmp_path / "build") if near else None)
     seen = _collect(pipeline, results, str(tmp_path))
     drops = dict(seen["drops"])
     originals = sorted({photo for photo, _ in photos})
