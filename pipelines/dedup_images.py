@@ -119,13 +119,20 @@ def _occurrences(batch: list[Document], key_of) -> list:
     return [o for doc in batch for o in rules.occurrences(doc, key_of)]
 
 
-def _hashes(batch: list[Document]) -> list:
-    return [
-        ((doc.id, position), phash_hex(image.meta[rules.PHASH]))
-        for doc in batch
-        for position, image in enumerate(doc.images)
-        if image.meta.get(rules.PHASH) is not None
-    ]
+def _buckets(batch: list[Document], radius: int) -> list:
+    """A batch's hashes filed under their bands: one element per bucket the
+    batch fills (``((band, bits), [(node, hex), …])``), not one per image and
+    band: Beam's cost is per element, and a radius of 12 makes 13 bands."""
+    buckets: dict = {}
+    for doc in batch:
+        for position, image in enumerate(doc.images):
+            value = image.meta.get(rules.PHASH)
+            if value is None:
+                continue
+            node = ((doc.id, position), phash_hex(value))
+            for band in band_keys(value, radius):
+                buckets.setdefault(band, []).append(node)
+    return sorted(buckets.items())
 
 
 def _removed_counts(entries: beam.PCollection, label: str) -> beam.PCollection:
@@ -237,9 +244,9 @@ def _exact_report(_, key, removed, top, thumbs) -> dict:
 def _pairs_in_bucket(item, radius: int, near: bool) -> Iterator[tuple]:
     """A bucket's near pairs between images (``("edge", (a, b))``, with ``near``)
     and an image's hit on an evaluation image (``("eval", node)``)."""
-    (band, _), members = item
+    (band, _), parts = item
     # hashes cross as hex: Beam's integer coder stops at 2**63
-    members = [(node, int(value, 16)) for node, value in members]
+    members = [(node, int(value, 16)) for part in parts for node, value in part]
     # an evaluation image's node is ("", index): no record id is empty
     for a, b in near_pairs(members, radius, band):
         if a[0] == "" and b[0] == "":
@@ -274,18 +281,19 @@ class NearImages(beam.PTransform):
     def expand(self, batches):
         name, radius, near = self._name, self._radius, self._near
         pipeline = batches.pipeline
-        looked = batches | f"{name}Look" >> beam.ParDo(Look(_hashes, self._output)).with_outputs(
-            FOUND, main="batches"
-        )
-        nodes = looked[FOUND]
+        looked = batches | f"{name}Look" >> beam.ParDo(
+            Look(functools.partial(_buckets, radius=radius), self._output)
+        ).with_outputs(FOUND, main="batches")
         evals = pipeline | f"{name}EvalHashes" >> beam.Create(
-            [(("", index), phash_hex(value)) for index, value in enumerate(self._eval_hashes)]
+            [
+                (band, [(("", index), phash_hex(value))])
+                for index, value in enumerate(self._eval_hashes)
+                for band in band_keys(value, radius)
+            ]
         )
         found = (
-            (nodes, evals)
-            | f"{name}AllHashes" >> beam.Flatten()
-            | f"{name}Bands"
-            >> beam.FlatMap(lambda node: [(b, node) for b in band_keys(int(node[1], 16), radius)])
+            (looked[FOUND], evals)
+            | f"{name}AllBuckets" >> beam.Flatten()
             | f"{name}Buckets" >> beam.GroupByKey()
             | f"{name}Pairs" >> beam.FlatMap(_pairs_in_bucket, radius=radius, near=near)
         )
