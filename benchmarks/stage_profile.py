@@ -123,14 +123,28 @@ RULES: list[tuple[str, Callable]] = [
             or None
         ),
     ),
-    ("tokenize", lambda f, p, s: ("sentencepiece" in p or "corpora/tokenize.py" in p) or None),
+    ("tokenize: SentencePiece encode", lambda f, p, s: "sentencepiece" in p or None),
     (
-        "pack and write shards",
-        lambda f, p, s: (
-            any(k in p for k in ("corpora/tokens/pack.py", "corpora/shards.py", "tarfile")) or None
-        ),
+        "tokenize: ids, spans, provenance",
+        lambda f, p, s: "corpora/tokens/tokenizer.py" in p or None,
     ),
     ("statistics", lambda f, p, s: "corpora/stats/figures.py" in p or None),
+    (
+        "pack: plan, order, cut",
+        lambda f, p, s: ("corpora/tokens/pack" in p and f != "group_sequences") or None,
+    ),
+    (
+        "write shards: lay out, tar, npy, json",
+        lambda f, p, s: (
+            any(k in p for k in ("corpora/shards/", "tarfile", "json/encoder"))
+            or f == "group_sequences"
+            or None
+        ),
+    ),
+    (
+        "stash: pickle, write, read back",
+        lambda f, p, s: any(k in p for k in ("corpora/store/", "pipelines/store.py")) or None,
+    ),
     (
         "read input (parquet, json)",
         lambda f, p, s: (

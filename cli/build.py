@@ -10,11 +10,10 @@ from typing import Any, Sequence
 import click
 from click.core import ParameterSource
 
-from cli.common import UsageFailure, echo, pipeline_failed, usage_errors
+from cli.common import UsageFailure, checked_settings, echo, pipeline_failed, usage_errors
 from cli.quiet import only_corpora_lines
 from corpora.config.bundled_sample import sample_contents
-from corpora.config.flags import SMOKE_FLAGS, FlagError, describe_clip, settings_from_flags
-from corpora.sources.inputs import InputError
+from corpora.config.flags import SMOKE_FLAGS, FlagError, describe_clip
 from corpora.stats.advice import failures_advice, nothing_kept
 from corpora.stats.table import format_count
 from pipelines.runners import (
@@ -23,7 +22,6 @@ from pipelines.runners import (
     RunnerSettings,
     fit_to_input,
     runner_settings_from_flags,
-    use_filesystems,
 )
 from pipelines.workers import Zygote, warm_workers
 
@@ -59,14 +57,12 @@ def _build(
 ) -> None:
     from corpora.lock.output import LockError
     from corpora.shards.resume import SettingsChanged
-    from corpora.store import StoreError
-    from pipelines.inputs import input_bytes, resolve_inputs
+    from corpora.sources.inputs import InputError
+    from pipelines.inputs import input_bytes
     from pipelines.launch import execute
-    from pipelines.store import check_store
 
-    with usage_errors(FlagError, InputError, RunnerError, StoreError):
-        use_filesystems(runner, verbose)  # s3 endpoint and keys, for the input checks
-        settings = settings_from_flags(corpus, **flags)
+    settings = checked_settings(corpus, flags, runner, verbose)
+    with usage_errors(FlagError, InputError, RunnerError):
         if zygote is not None and settings.clip is not None:
             zygote.preload("torch", "open_clip")  # beside this process's load of the model
         clip_line = describe_clip(settings)
@@ -76,8 +72,6 @@ def _build(
                 f"No --input given: building the bundled sample corpus "
                 f"({sample_contents(sample)}): {sample}"
             )
-        settings = resolve_inputs(settings)
-        check_store(settings.store)
         if settings.store.off:
             click.echo(f"corpora: {settings.store.off}; every image is fetched", err=True)
         if fit_workers:  # a small build: one worker, in this process
@@ -94,6 +88,9 @@ def _build(
     echo("  " + ", ".join(f"{k}={v}" for k, v in settings.derived().items()))
     if settings.corpus_options:
         echo("  " + ", ".join(f"{k}={v}" for k, v in settings.corpus_options.items()))
+    staged = {k: v for k, v in settings.stage_options.items() if v is not None}
+    if staged:  # the stages' options given (corpora.stages)
+        echo("  " + ", ".join(f"{k}={v}" for k, v in staged.items()))
     try:
         with usage_errors(SettingsChanged, RunnerError, LockError), only_corpora_lines(not verbose):
             outcome = execute(

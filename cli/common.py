@@ -74,6 +74,26 @@ def terminated() -> bool:
     return bool(_terminated)
 
 
+def checked_settings(corpus: str, flags: dict[str, Any], runner: Any, verbose: bool) -> Any:
+    """The settings ``corpora build`` and ``corpora fetch`` run with: the flags
+    onto settings (:func:`corpora.config.flags.settings_from_flags`), the inputs
+    resolved and checked, the image store checked; every refusal one line,
+    exit 2. ``runner``'s filesystems (an S3 endpoint and keys) are set first,
+    for the input checks."""
+    from corpora.config.flags import FlagError, settings_from_flags
+    from corpora.sources.inputs import InputError
+    from corpora.store import StoreError
+    from pipelines.inputs import resolve_inputs
+    from pipelines.runners import RunnerError, use_filesystems
+    from pipelines.store import check_store
+
+    with usage_errors(FlagError, InputError, RunnerError, StoreError):
+        use_filesystems(runner, verbose)
+        settings = resolve_inputs(settings_from_flags(corpus, **flags))
+        check_store(settings.store)
+    return settings
+
+
 def pipeline_failed(exc: Exception, command: str, verbose: bool) -> NoReturn:
     """End a command whose pipeline raised ``exc``: a worker that found an
     input unreadable is one line and exit 2; any other failure is one line

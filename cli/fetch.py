@@ -14,20 +14,25 @@ from typing import Any, Sequence
 
 import click
 
-from cli.common import CorpusName, UsageFailure, echo, pipeline_failed, usage_errors
+from cli.common import (
+    CorpusName,
+    UsageFailure,
+    checked_settings,
+    echo,
+    pipeline_failed,
+    usage_errors,
+)
 from cli.corpus_options import corpus_options, stage_options
 from cli.fetch_options import fetch_options
 from cli.quiet import only_corpora_lines
 from corpora.config import catalog
-from corpora.config.flags import PROGRESS_EVERY, FlagError, settings_from_flags
-from corpora.sources.inputs import InputError
+from corpora.config.flags import PROGRESS_EVERY
 from corpora.store import ImageStore, StoreError
 from pipelines.runners import (
     RUNNERS,
     RunnerError,
     RunnerSettings,
     runner_settings_from_flags,
-    use_filesystems,
 )
 from pipelines.workers import Zygote, warm_workers
 
@@ -92,14 +97,10 @@ def run(
 def _fetch(
     corpus: str, runner: RunnerSettings, flags: dict[str, Any], verbose: bool, zygote: Zygote | None
 ) -> None:
-    from pipelines.inputs import resolve_inputs
     from pipelines.launch import run_fetch
-    from pipelines.store import check_store
 
-    with usage_errors(FlagError, InputError, RunnerError, StoreError):
-        use_filesystems(runner, verbose)
-        settings = resolve_inputs(settings_from_flags(corpus, **flags))
-        check_store(settings.store)
+    settings = checked_settings(corpus, flags, runner, verbose)
+    with usage_errors(StoreError):
         ImageStore.open(settings.store.uri)  # created now: a user named it
     echo(f"Fetching {corpus} images → {settings.store.uri} with {runner.runner}")
     try:

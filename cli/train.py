@@ -9,6 +9,7 @@ a configuration dataclass (``cli/train_options.py``), and the model comes from
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import sys
 
@@ -71,9 +72,11 @@ def data(batches, mix_samples, **flags):
 
     Before spending GPU hours: which documents and images each row holds,
     where the labels (vila) or the encoder/decoder cut (prefixlm) fall, and
-    the share of each build against its weight.
+    the share of each build against its weight. For prefixlm also the padding
+    of the encoder and decoder streams, one sample a row and packed to
+    --encoder-len and --decoder-len (or to the lengths it suggests).
     """
-    from trainer.describe import describe_batch, describe_mix, describe_spec
+    from trainer.describe import describe_batch, describe_mix, describe_spec, describe_streams
     from trainer.loader import Loader
     from trainer.stream import DataError
 
@@ -91,6 +94,8 @@ def data(batches, mix_samples, **flags):
         if mix_samples:
             counts = loader.measure_mix(mix_samples)
             echo(describe_mix(counts, loader.sources, unit, mix_samples))
+        if config.objective == "prefixlm" and batches:
+            echo(describe_streams(loader))
     except (DataError, ValueError) as exc:
         raise UsageFailure(str(exc)) from None
 
@@ -124,8 +129,13 @@ MODEL_SETS = ("objective", "image_size", "batch_size", "seed")
 SMOKE_FIELDS = ("steps", "batch_size", "accumulate", "log_every", "checkpoint_every")
 
 
-def training_options(command):
-    """The flags every model shares: data, steps and batch, optimizer, devices, checkpoints."""
+# DataConfig fields that only PrefixLM reads (its two streams packed to their own lengths)
+PREFIXLM_ONLY = ("encoder_len", "decoder_len")
+
+
+def training_options(command, exclude: tuple[str, ...] = ()):
+    """The flags every model shares: data, steps and batch, optimizer, devices, checkpoints
+    (but the data flags ``exclude`` names)."""
     command = click.option(
         "--smoke",
         is_flag=True,
@@ -135,7 +145,7 @@ def training_options(command):
     )(command)
     command = options(OptimConfig)(command)
     command = options(TrainConfig)(command)
-    return options(DataConfig, exclude=MODEL_SETS)(command)
+    return options(DataConfig, exclude=MODEL_SETS + exclude)(command)
 
 
 def _given(name: str) -> bool:
@@ -218,7 +228,7 @@ def prefixlm(**flags):
 
 @train.command()
 @options(VilaConfig)
-@training_options
+@functools.partial(training_options, exclude=PREFIXLM_ONLY)
 def vila(**flags):
     """Pretrain VILA (stage 0: projector; stage 1: projector and LM) on builds."""
     _run("vila", flags)

@@ -20,11 +20,24 @@ of documents or whole sequences, so a step's cost per document is small.
 Where fsspec cannot reach the output (``gs://`` without gcsfs, ``s3://``
 without s3fs), the documents travel inside the elements instead; the shards
 are the same.
+
+A text corpus (:func:`corpora.tokens.pack_groups.packs_where_tokenized`) stashes
+no document: :class:`PackText` takes each batch of records as the reader made
+it (a packing group) and tokenizes, plans and packs it in one step, where
+it is, its statistics taken from the arrays in hand::
+
+    batches of records ─► per batch: tokenize (one encode call), plan, pack,
+      statistics; its sequences written once (one file per group)
+      ─► number groups globally ─► group by shard ─► per shard: lay out, write
+
+so only a group's reference and counts cross a shuffle, and its sequences'
+ids are written and read back once, in one piece, as numpy arrays.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
@@ -36,10 +49,25 @@ from corpora import shards
 from corpora.config.settings import BuildSettings
 from corpora.stats import figures as stats
 from corpora.store.files import Files
-from corpora.store.stash import DOCUMENTS, STASH, BlobWriter, stash_images, stash_writer
+from corpora.store.stash import (
+    DOCUMENTS,
+    SEQUENCES,
+    STASH,
+    BlobWriter,
+    stash_images,
+    stash_writer,
+)
 from corpora.tokens import pack
-from corpora.tokens.pack_groups import group_of, group_offsets, plan_group
-from corpora.tokens.tokenizer import Span, TokenizedDocument
+from corpora.tokens.pack_groups import (
+    PackedGroup,
+    group_of,
+    group_offsets,
+    group_sequences,
+    pack_group,
+    packs_where_tokenized,
+    plan_group,
+)
+from corpora.tokens.tokenizer import Span, TokenizedDocument, Tokenizer, tokenize_batch
 from pipelines import memory, resume, storage
 from pipelines.stats import token_ids
 from pipelines.store import StashReader, reference, stash_files
@@ -190,25 +218,58 @@ class PlaceSequences(beam.DoFn):
 
 
 class _Documents:
-    """The documents of one shard, each read back once; :meth:`read_all`
-    reads a shard's stashed documents in file order, each file opened once."""
+    """The documents of one shard, each read back when its first piece is cut
+    and let go after the sequence that holds its last piece, so a worker holds
+    one sequence's documents (and those split across sequences), not the
+    shard's: at 64 tokens an image a 2,048-token sequence holds about 25 COYO
+    pairs, and a shard of 1,000 samples 25,000 documents (issue 31)."""
 
-    def __init__(self, reader: StashReader):
+    def __init__(self, reader: StashReader, ordered: list[tuple[int, list]]):
         self._reader = reader
         self._read: dict[str, Any] = {}
-
-    def read_all(self, places: Iterable[tuple[str, Any]]) -> None:
-        stashed = {key: where for key, where in places if isinstance(where, tuple)}
-        for key, where in sorted(stashed.items(), key=lambda item: item[1][:2]):
-            if key not in self._read:
-                self._read[key] = _restored(self._reader.get(where))
+        last: dict[str, int] = {}
+        for number, pieces in ordered:
+            for ref, _ in pieces:
+                last[ref[0]] = number
+        self._ending: dict[int, list[str]] = {}
+        for key, number in last.items():
+            self._ending.setdefault(number, []).append(key)
 
     def get(self, key: str, where: Any) -> TokenizedDocument:
+        if not isinstance(where, tuple):  # it travelled in the element
+            return where
         doc = self._read.get(key)
         if doc is None:
-            stashed = isinstance(where, tuple)  # or it travelled in the element
-            doc = self._read[key] = _restored(self._reader.get(where)) if stashed else where
+            doc = self._read[key] = _restored(self._reader.get(where))
         return doc
+
+    def done(self, number: int) -> None:
+        """Let go of the documents whose last piece is in sequence ``number``."""
+        for key in self._ending.pop(number, ()):
+            self._read.pop(key, None)
+
+
+def _write_shard(
+    settings: BuildSettings, shard_index: int, samples, values: list | None = None
+) -> dict[str, Any]:
+    """Write one shard whole (:func:`pipelines.storage.create_atomically`) and
+    mark it complete, unless a previous attempt completed it with exactly
+    these bytes (left as it is). ``samples(values)`` gives the shard's
+    samples in order, filling ``values`` (when not ``None``) as it goes."""
+    name = shards.shard_name(settings.corpus, shard_index)
+    collected: list = [] if values is None else values
+    info = resume.completed_shard(settings.output, name, samples(collected))
+    if info is not None:  # a previous attempt wrote exactly this shard: leave it
+        Metrics.counter(NAMESPACE, "shards.resumed").inc()
+    else:
+        collected.clear()  # a check that found other bytes went through them all
+        with storage.create_atomically(FileSystems.join(settings.output, name)) as stream:
+            info = shards.write_shard(stream, samples(collected))
+        resume.write_marker(settings.output, name, info)
+        Metrics.counter(NAMESPACE, "shards").inc()
+        Metrics.counter(NAMESPACE, "bytes").inc(info["bytes"])
+    memory.trim()  # the shard's buffers are freed: give their pages back
+    return {"index": shard_index, "path": name, **info}
 
 
 class WriteShard(beam.DoFn):
@@ -238,26 +299,16 @@ class WriteShard(beam.DoFn):
 
     def process(self, element: tuple[int, Iterable[list[tuple[int, Any]]]]) -> Iterator:
         shard_index, chunks = element
-        settings = self._settings
-        name = shards.shard_name(settings.corpus, shard_index)
         ordered = sorted(
             (sequence for chunk in chunks for sequence in chunk), key=lambda sequence: sequence[0]
         )
         values: list[stats.SequenceValues] = []  # filled by the pass that checks the bytes
-        info = resume.completed_shard(
-            settings.output, name, self._samples(shard_index, ordered, values)
+        yield _write_shard(
+            self._settings,
+            shard_index,
+            lambda collected: self._samples(shard_index, ordered, collected),
+            values,
         )
-        if info is not None:  # a previous attempt wrote exactly this shard: leave it
-            Metrics.counter(NAMESPACE, "shards.resumed").inc()
-        else:
-            values = []  # a check that found other bytes went through them all
-            with storage.create_atomically(FileSystems.join(settings.output, name)) as stream:
-                info = shards.write_shard(stream, self._samples(shard_index, ordered, values))
-            resume.write_marker(settings.output, name, info)
-            Metrics.counter(NAMESPACE, "shards").inc()
-            Metrics.counter(NAMESPACE, "bytes").inc(info["bytes"])
-        memory.trim()  # the shard's buffers are freed: give their pages back
-        yield {"index": shard_index, "path": name, **info}
         for value in values:
             yield beam.pvalue.TaggedOutput(SEQUENCE_STATS, value)
 
@@ -271,8 +322,7 @@ class WriteShard(beam.DoFn):
         in memory, whatever the shard's size (``values`` collects each
         sequence's statistics values as it goes)."""
         assert self._reader is not None
-        settings, documents = self._settings, _Documents(self._reader)
-        documents.read_all((ref[0], where) for _, pieces in ordered for ref, where in pieces)
+        settings, documents = self._settings, _Documents(self._reader, ordered)
         for number, pieces in ordered:
             cut = [
                 self._reader.piece(
@@ -280,6 +330,7 @@ class WriteShard(beam.DoFn):
                 )
                 for ref, where in pieces
             ]
+            documents.done(number)
             sequence = pack.assemble(cut, settings.seq_len, self._pad_id)
             if values is not None and self._stat_ids is not None:
                 values.append(self._values(sequence))
@@ -346,9 +397,172 @@ class PackSequences(beam.PTransform):
         }
 
 
+class PackTextGroup(beam.DoFn):
+    """A text build's batch of records (one packing group) → tokenized in one
+    encode call, planned and packed (:func:`corpora.tokens.pack_groups.pack_group`).
+
+    Emits ``(order, (sequences, where))``, ``where`` being where the group's
+    :class:`~corpora.tokens.pack_groups.PackedGroup` is: written once to
+    ``{output}/.corpora/sequences``, or the group itself where that cannot be
+    reached; on ``counts`` ``(order, sequences)``; on ``kept`` the documents
+    packed; on ``sequence_stats`` the group's statistics, one
+    :class:`~corpora.stats.figures.StatsAccumulator` (with ``stat_ids``);
+    empty documents go to ``dropped``.
+    """
+
+    def __init__(
+        self, settings: BuildSettings, tokenizer: Tokenizer, stat_ids: stats.TokenIds | None = None
+    ):
+        self._settings = settings
+        self._tokenizer = tokenizer
+        self._stat_ids = stat_ids
+        self._files: Files | None = None
+
+    def setup(self) -> None:
+        self._files = stash_files(self._settings.output, SEQUENCES)
+
+    def process(self, batch: list) -> Iterator:
+        settings = self._settings
+        group = pack_group(tokenize_batch(batch, self._tokenizer), settings.seq_len, settings.pack)
+        for drop in group.dropped:
+            yield route_result(drop, "pack")
+        if self._stat_ids is not None:
+            accumulator = stats.StatsAccumulator()
+            for values in stats.packed_values(
+                group.tokens,
+                group.lengths,
+                group.counts,
+                group.entries,
+                settings.seq_len,
+                self._stat_ids,
+            ):
+                accumulator.add(values)
+            yield beam.pvalue.TaggedOutput(SEQUENCE_STATS, accumulator)
+        Metrics.counter(NAMESPACE, "sequences").inc(group.sequences)
+        yield beam.pvalue.TaggedOutput(KEPT, group.kept)
+        yield beam.pvalue.TaggedOutput(COUNTS, (group.order, group.sequences))
+        if not group.sequences:
+            return
+        where: Any = dataclasses.replace(group, dropped=())
+        if self._files is not None:
+            blobs = BlobWriter(self._files)
+            ref = blobs.put((group.order, group.tokens, group.lengths, group.counts, group.entries))
+            blobs.flush()  # written before the reference leaves the bundle
+            where = reference(ref)
+        yield group.order, (group.sequences, where)
+
+
+class PlaceGroups(beam.DoFn):
+    """Number each group's sequences globally (groups in ``order``) and pick
+    their shards: ``(shard, (first, local_first, count, where))`` per shard
+    a group's sequences reach. Groups sharing an order hold the same
+    documents: they take consecutive places, either first."""
+
+    def __init__(self, samples_per_shard: int):
+        self._samples_per_shard = samples_per_shard
+        self._offsets: dict[str, int] | None = None
+
+    def process(self, element: tuple[str, Iterable], counts: list[tuple[str, int]]) -> Iterator:
+        if self._offsets is None:
+            self._offsets, total = {}, 0
+            for order, count in sorted(counts):
+                self._offsets.setdefault(order, total)
+                total += count
+        order, groups = element
+        first = self._offsets[order]
+        per_shard = self._samples_per_shard
+        for count, where in groups:
+            local = 0
+            while local < count:
+                shard = (first + local) // per_shard
+                n = min(count - local, (shard + 1) * per_shard - (first + local))
+                yield shard, (first + local, local, n, where)
+                local += n
+            first += count
+
+
+class WriteTextShard(beam.DoFn):
+    """Lay out one shard's sequences from the packed groups they are in
+    (:func:`corpora.tokens.pack_groups.group_sequences`, each group read back
+    once) and write the shard (as :class:`WriteShard` does)."""
+
+    def __init__(self, settings: BuildSettings, pad_id: int):
+        self._settings = settings
+        self._pad_id = pad_id
+        self._reader: StashReader | None = None
+
+    def setup(self) -> None:
+        self._reader = StashReader()
+
+    def teardown(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+
+    def process(self, element: tuple[int, Iterable[tuple]]) -> Iterator[dict]:
+        shard_index, parts = element
+        assert self._reader is not None
+        groups = []
+        for first, local, count, where in sorted(parts, key=lambda part: part[0]):
+            group = self._reader.get(where)
+            if isinstance(where, tuple):  # (order, tokens, lengths, counts, entries)
+                group = PackedGroup(*group, kept=0, dropped=())
+            groups.append((first, local, count, group))
+        yield _write_shard(
+            self._settings, shard_index, lambda _: self._samples(shard_index, groups)
+        )
+
+    def _samples(self, shard_index: int, groups: list[tuple]) -> Iterator:
+        settings = self._settings
+        for first, local, count, group in groups:
+            sequences = group_sequences(group, local, count, settings.seq_len, self._pad_id)
+            for number, sequence in enumerate(sequences, first):
+                key = shards.sample_key(
+                    settings.corpus, shard_index, number % settings.samples_per_shard
+                )
+                yield key, sequence
+
+
+class PackText(beam.PTransform):
+    """A text build's batches of records → shard infos, each batch packed where
+    it is tokenized (the module doc). The result has ``shards``, ``kept``,
+    ``dropped`` and ``sequence_stats`` (one accumulator per group, with
+    ``stat_ids``), as :class:`PackSequences`'s."""
+
+    def __init__(
+        self, settings: BuildSettings, tokenizer: Tokenizer, stat_ids: stats.TokenIds | None = None
+    ):
+        super().__init__()
+        self._settings = settings
+        self._tokenizer = tokenizer
+        self._stat_ids = stat_ids
+
+    def expand(self, batches):
+        settings = self._settings
+        packed = batches | "PackGroup" >> beam.ParDo(
+            PackTextGroup(settings, self._tokenizer, self._stat_ids)
+        ).with_outputs(COUNTS, KEPT, DROPPED, SEQUENCE_STATS, main="groups")
+        written = (
+            packed.groups
+            | "ByOrder" >> beam.GroupByKey()
+            | "Place"
+            >> beam.ParDo(
+                PlaceGroups(settings.samples_per_shard), beam.pvalue.AsList(packed[COUNTS])
+            )
+            | "ByShard" >> beam.GroupByKey()
+            | "WriteShard" >> beam.ParDo(WriteTextShard(settings, self._tokenizer.info.pad_id))
+        )
+        return {
+            "shards": written,
+            "kept": packed[KEPT],
+            "dropped": packed[DROPPED],
+            "sequence_stats": packed[SEQUENCE_STATS],
+        }
+
+
 def pack_step(stage, batches, build):
     """``pack``: the images kept documents lost counted, then every document
-    tokenized, packed and written to shards; shards, documents kept and
+    tokenized, packed and written to shards (a text corpus's batches each
+    where they are: :class:`PackText`); shards, documents kept and
     sequence statistics are ``build.outputs["shards"|"kept"|"sequence_stats"]``.
     The last stage: it returns nothing."""
     counted = batches | "CountRemovedImages" >> beam.ParDo(CountRemovedImages()).with_outputs(
@@ -356,11 +570,16 @@ def pack_step(stage, batches, build):
     )
     build.images_removed(counted[IMAGES_REMOVED])
     info = build.tokenizer.info
-    packed = (
-        counted.docs
-        | "Tokenize" >> beam.ParDo(Tokenize(build.tokenizer))
-        | "PackSequences" >> PackSequences(build.settings, info.pad_id, token_ids(info))
-    )
+    if packs_where_tokenized(build.spec, build.settings):  # a text corpus: no document stashed
+        packed = counted.docs | "PackText" >> PackText(
+            build.settings, build.tokenizer, token_ids(info)
+        )
+    else:
+        packed = (
+            counted.docs
+            | "Tokenize" >> beam.ParDo(Tokenize(build.tokenizer))
+            | "PackSequences" >> PackSequences(build.settings, info.pad_id, token_ids(info))
+        )
     build.dropped(stage.name, packed["dropped"])
     build.outputs.update(
         shards=packed["shards"], kept=packed["kept"], sequence_stats=packed["sequence_stats"]

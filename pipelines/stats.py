@@ -1,9 +1,11 @@
 """Statistics during the build: no second pass over the shards.
 
 Each packed sequence is reduced to its :class:`corpora.stats.figures.SequenceValues`
-on the way to its shard, a CombineFn merges them (integer counts, so the
-order Beam merges in does not matter), and once the manifest is written,
-``stats.json`` is written beside it from the combined counts and the funnel.
+on the way to its shard (a text build's where it is packed, a group's summed
+into one :class:`~corpora.stats.figures.StatsAccumulator`), a CombineFn
+merges them (integer counts, so the order Beam merges in does not matter),
+and once the manifest is written, ``stats.json`` is written beside it from
+the combined counts and the funnel.
 Beam counters and distributions give live figures in a runner's UI.
 """
 
@@ -36,7 +38,12 @@ class SequenceStats(beam.DoFn):
         self._text_tokens = Metrics.counter(NAMESPACE, "stats.text_tokens")
         self._image_tokens = Metrics.counter(NAMESPACE, "stats.image_tokens")
 
-    def process(self, values: stats.SequenceValues):
+    def process(self, values: stats.SequenceValues | stats.StatsAccumulator):
+        if isinstance(values, stats.StatsAccumulator):  # a packing group's, summed
+            self._text_tokens.inc(values.text_tokens)
+            self._image_tokens.inc(values.image_tokens)
+            yield values
+            return
         self._padding.update(values.padding_tokens)
         for piece in values.pieces:
             self._text.update(piece.text_tokens)
@@ -50,7 +57,13 @@ class CombineStats(beam.CombineFn):
     def create_accumulator(self) -> stats.StatsAccumulator:
         return stats.StatsAccumulator()
 
-    def add_input(self, accumulator: stats.StatsAccumulator, values: stats.SequenceValues):
+    def add_input(
+        self,
+        accumulator: stats.StatsAccumulator,
+        values: stats.SequenceValues | stats.StatsAccumulator,
+    ):
+        if isinstance(values, stats.StatsAccumulator):  # a text packing group's sequences
+            return accumulator.merge(values)
         return accumulator.add(values)
 
     def merge_accumulators(self, accumulators):

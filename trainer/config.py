@@ -410,6 +410,23 @@ class DataConfig:
         default=False,
         metadata=option("Check each shard's sha256 against the manifest before reading it."),
     )
+    encoder_len: int | None = dataclasses.field(
+        default=None,
+        metadata=option(
+            "PrefixLM: pack the documents' prefixes into encoder rows of this many tokens, "
+            "with --decoder-len (`corpora train data --objective prefixlm` suggests both). "
+            "Default: one sample a row, both streams seq_len long.",
+            low=1,
+        ),
+    )
+    decoder_len: int | None = dataclasses.field(
+        default=None,
+        metadata=option(
+            "PrefixLM: pack the documents' targets into decoder rows of this many tokens, "
+            "with --encoder-len.",
+            low=1,
+        ),
+    )
     pin_memory: bool | None = None
     prefetch_factor: int = 2
 
@@ -429,6 +446,15 @@ class DataConfig:
             raise ValueError(f"image_size must be (H, W), got {self.image_size}")
         if len(self.image_mean) != 3 or len(self.image_std) != 3 or min(self.image_std) <= 0:
             raise ValueError("image_mean and image_std need 3 channels, std > 0")
+        if (self.encoder_len is None) != (self.decoder_len is None):
+            raise ValueError("encoder_len and decoder_len: give both (packed PrefixLM) or neither")
+        if self.packed and min(self.encoder_len, self.decoder_len) < 1:  # type: ignore[type-var]
+            raise ValueError("encoder_len and decoder_len must be >= 1")
+
+    @property
+    def packed(self) -> bool:
+        """PrefixLM's encoder and decoder streams packed to their own lengths."""
+        return self.encoder_len is not None
 
 
 def data_config(sources: Sequence[str | tuple[str, float]], **settings: Any) -> DataConfig:

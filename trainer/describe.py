@@ -181,3 +181,72 @@ def describe_mix(
             f"  {'':38} " + " ".join(f"{counts[source.location][key]:>9}" for key in keys.values())
         )
     return "\n".join(lines)
+
+
+STREAM_BATCHES = 20  # batches over which `corpora train data` measures PrefixLM's padding
+
+
+def stream_fill(batches) -> dict[str, tuple[int, int]]:
+    """``(real, all)`` positions of PrefixLM's encoder and decoder streams over ``batches``.
+
+    >>> batch = {"encoder_segment_ids": np.array([[1, 1, 2, 0]]),
+    ...          "decoder_segment_ids": np.array([[1, 2, 0, 0]])}
+    >>> stream_fill([batch, batch])
+    {'encoder': (6, 8), 'decoder': (4, 8)}
+    """
+    fill = {}
+    batches = list(batches)
+    for stream in ("encoder", "decoder"):
+        segments = [np.asarray(batch[f"{stream}_segment_ids"]) for batch in batches]
+        fill[stream] = (
+            sum(int((s > 0).sum()) for s in segments),
+            sum(int(s.size) for s in segments),
+        )
+    return fill
+
+
+def suggest_lengths(prefix_tokens: int, target_tokens: int, seq_len: int) -> tuple[int, int]:
+    """Encoder and decoder lengths that share ``seq_len`` as the documents' prefixes and
+    targets share their tokens (the encoder's a multiple of 8), so neither stream pads much
+    when packed.
+
+    >>> suggest_lengths(98388, 80030, 640)  # pairs + C4 8:1 by documents, the tests' builds
+    (352, 288)
+    """
+    share = prefix_tokens / max(1, prefix_tokens + target_tokens)
+    encoder = min(seq_len - 8, max(8, 8 * round(seq_len * share / 8)))
+    return encoder, seq_len - encoder
+
+
+def describe_streams(loader, count: int = STREAM_BATCHES) -> str:
+    """PrefixLM's two streams over ``count`` batches of ``loader``'s first worker: how much
+    of each is real one sample a row, then packed to the loader's ``encoder_len`` and
+    ``decoder_len`` (unset: to :func:`suggest_lengths` of the unpacked batches)."""
+    import dataclasses
+
+    from trainer.loader import Loader
+
+    def measure(**lengths) -> dict[str, tuple[int, int]]:
+        config = dataclasses.replace(loader.config, num_workers=0, **lengths)
+        one = Loader(config, rank=loader.rank, world_size=loader.world_size)
+        return stream_fill(batch for _, batch in zip(range(count), one))
+
+    def line(fill) -> str:
+        return ", ".join(f"{s} {fill[s][0] / max(1, fill[s][1]):.1%} real" for s in fill)
+
+    unpacked = measure(encoder_len=None, decoder_len=None)
+    seq_len = loader.spec.seq_len
+    lines = [
+        f"PrefixLM streams over {count} batches:",
+        f"  one sample a row ({seq_len} + {seq_len}): {line(unpacked)}",
+    ]
+    encoder_len, decoder_len = loader.config.encoder_len, loader.config.decoder_len
+    how = "packed to"
+    if encoder_len is None:
+        encoder_len, decoder_len = suggest_lengths(
+            unpacked["encoder"][0], unpacked["decoder"][0], seq_len
+        )
+        how = "packed to the suggested"
+    packed = measure(encoder_len=encoder_len, decoder_len=decoder_len)
+    lines.append(f"  {how} --encoder-len {encoder_len} --decoder-len {decoder_len}: {line(packed)}")
+    return "\n".join(lines)

@@ -216,37 +216,47 @@ def sample_prefix_lengths(
     return rng.integers(low, high + 1).tolist()
 
 
-def _prefixlm_row(
-    input_ids: np.ndarray, segment_ids: np.ndarray, prefix_lengths: Sequence[int], pad_id: int
+PREFIXLM_ARRAYS = (
+    "encoder_input_ids",
+    "encoder_segment_ids",
+    "encoder_positions",
+    "decoder_input_ids",
+    "decoder_target_ids",
+    "decoder_segment_ids",
+    "decoder_positions",
+)
+
+
+def _prefixlm_arrays(
+    documents: Sequence[tuple[int, np.ndarray, np.ndarray]],
+    encoder_len: int,
+    decoder_len: int,
+    pad_id: int,
 ) -> dict[str, np.ndarray]:
-    length = input_ids.shape[-1]
-    runs = document_runs(segment_ids)
-    if len(prefix_lengths) != len(runs):
-        raise ValueError(f"{len(prefix_lengths)} prefix lengths for {len(runs)} documents")
-    names = (
-        "encoder_input_ids",
-        "encoder_segment_ids",
-        "encoder_positions",
-        "decoder_input_ids",
-        "decoder_target_ids",
-        "decoder_segment_ids",
-        "decoder_positions",
-    )
+    """One row of PrefixLM arrays from ``(segment, prefix, rest)`` per document: the prefixes
+    packed left in an encoder row of ``encoder_len``, the rests in a decoder row of
+    ``decoder_len``."""
     out = {
-        name: np.full(length, pad_id if name.endswith("_ids") else 0, np.int64) for name in names
+        name: np.full(
+            encoder_len if name.startswith("encoder") else decoder_len,
+            pad_id if name.endswith("input_ids") or name.endswith("target_ids") else 0,
+            np.int64,
+        )
+        for name in PREFIXLM_ARRAYS
     }
-    out["encoder_segment_ids"][:] = out["decoder_segment_ids"][:] = 0  # "_ids", but not token ids
-    weights = np.zeros(length, np.float32)
+    weights = np.zeros(decoder_len, np.float32)
     encoder = decoder = 0  # where the next document's prefix / rest goes
-    for (segment, start, end), prefix in zip(runs, prefix_lengths):
-        if not 0 <= prefix <= end - start:
-            raise ValueError(f"prefix length {prefix} outside document {segment} of {end - start}")
-        head, tail = input_ids[start : start + prefix], input_ids[start + prefix : end]
+    for segment, head, tail in documents:
+        prefix, rest = head.shape[0], tail.shape[0]
+        if encoder + prefix > encoder_len or decoder + rest > decoder_len:
+            raise ValueError(
+                f"documents of {encoder + prefix} prefix and {decoder + rest} target tokens "
+                f"do not fit rows of {encoder_len} and {decoder_len}"
+            )
         out["encoder_input_ids"][encoder : encoder + prefix] = head
         out["encoder_segment_ids"][encoder : encoder + prefix] = segment
         out["encoder_positions"][encoder : encoder + prefix] = np.arange(prefix)
         encoder += prefix
-        rest = tail.shape[0]
         out["decoder_target_ids"][decoder : decoder + rest] = tail
         # Shifted right within the document; its first input is the start token (pad, as T5).
         out["decoder_input_ids"][decoder + 1 : decoder + rest] = tail[:-1]
@@ -256,6 +266,37 @@ def _prefixlm_row(
         decoder += rest
     out["decoder_loss_weights"] = weights
     return out
+
+
+def split_documents(
+    input_ids: np.ndarray, segment_ids: np.ndarray, prefix_lengths: Sequence[int]
+) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """``(segment, prefix, rest)`` of each packed document of one ``[L]`` row, cut at its
+    prefix length.
+
+    >>> ids = np.array([1, 1000, 1000, 1000, 17, 18, 2, 1, 25, 26, 27, 2, 0, 0, 0, 0])
+    >>> seg = np.array([1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 0, 0, 0, 0])
+    >>> [(s, p.tolist(), r.tolist()) for s, p, r in split_documents(ids, seg, [5, 2])]
+    [(1, [1, 1000, 1000, 1000, 17], [18, 2]), (2, [1, 25], [26, 27, 2])]
+    """
+    input_ids = np.asarray(input_ids)
+    runs = document_runs(segment_ids)
+    if len(prefix_lengths) != len(runs):
+        raise ValueError(f"{len(prefix_lengths)} prefix lengths for {len(runs)} documents")
+    out = []
+    for (segment, start, end), prefix in zip(runs, prefix_lengths):
+        if not 0 <= prefix <= end - start:
+            raise ValueError(f"prefix length {prefix} outside document {segment} of {end - start}")
+        out.append((segment, input_ids[start : start + prefix], input_ids[start + prefix : end]))
+    return out
+
+
+def _prefixlm_row(
+    input_ids: np.ndarray, segment_ids: np.ndarray, prefix_lengths: Sequence[int], pad_id: int
+) -> dict[str, np.ndarray]:
+    length = input_ids.shape[-1]
+    documents = split_documents(input_ids, segment_ids, prefix_lengths)
+    return _prefixlm_arrays(documents, length, length, pad_id)
 
 
 def prefixlm_features(
@@ -327,3 +368,88 @@ def prefixlm_features(
         )
         rows.append(_prefixlm_row(input_ids[row], segment_ids[row], lengths, pad_id))
     return {name: np.stack([row[name] for row in rows]) for name in rows[0]} if rows else {}
+
+
+def packable_bounds(
+    input_ids: np.ndarray,
+    segment_ids: np.ndarray,
+    image_token_id: int | None,
+    encoder_len: int,
+    decoder_len: int,
+) -> list[tuple[int, int] | None]:
+    """:func:`prefix_bounds` narrowed to the prefix lengths whose two halves fit an encoder
+    row of ``encoder_len`` and a decoder row of ``decoder_len`` (the prefix at most
+    ``encoder_len``, the rest at most ``decoder_len``); ``None`` for a document that fits
+    no cut (more image slots than ``encoder_len``, more tokens than both rows).
+
+    >>> ids = np.array([1, 1000, 1000, 1000, 17, 18, 2, 1, 25, 26, 27, 2, 0, 0, 0, 0])
+    >>> seg = np.array([1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 0, 0, 0, 0])
+    >>> packable_bounds(ids, seg, 1000, encoder_len=5, decoder_len=3)
+    [(4, 5), (2, 4)]
+    >>> packable_bounds(ids, seg, 1000, encoder_len=3, decoder_len=3)  # A's image needs 4
+    [None, (2, 3)]
+    """
+    out: list[tuple[int, int] | None] = []
+    runs = document_runs(segment_ids)
+    for (_, start, end), (low, high) in zip(
+        runs, prefix_bounds(input_ids, segment_ids, image_token_id)
+    ):
+        low, high = max(low, end - start - decoder_len), min(high, encoder_len)
+        out.append((low, high) if low <= high else None)
+    return out
+
+
+def pack_prefixlm(
+    rows: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]],
+    encoder_len: int,
+    decoder_len: int,
+    pad_id: int,
+) -> dict[str, np.ndarray]:
+    """PrefixLM arrays with each stream at its own length: ``rows`` lists, per batch row, the
+    ``(prefix, rest)`` of the documents it holds (:func:`split_documents`, from any samples);
+    their prefixes are packed into an encoder row of ``encoder_len``, their rests into a
+    decoder row of ``decoder_len``, the documents numbered 1, 2, … in both. The arrays and
+    the masks are those of :func:`prefixlm_features`, ``[B, encoder_len]`` for the encoder
+    and ``[B, decoder_len]`` for the decoder.
+
+    A and B cut at 5 and 2 share a row; C (``[bos, image × 3, 31, eos]``, cut at 4) takes
+    the next:
+
+    >>> ids = np.array([1, 1000, 1000, 1000, 17, 18, 2, 1, 25, 26, 27, 2, 0, 0, 0, 0])
+    >>> seg = np.array([1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 0, 0, 0, 0])
+    >>> (_, *a), (_, *b) = split_documents(ids, seg, [5, 2])
+    >>> (_, *c), = split_documents(np.array([1, 1000, 1000, 1000, 31, 2]), np.ones(6, int), [4])
+    >>> f = pack_prefixlm([[a, b], [c]], encoder_len=8, decoder_len=6, pad_id=0)
+    >>> for name, array in f.items():
+    ...     print(f"{name:21} {array.tolist()}")
+    encoder_input_ids     [[1, 1000, 1000, 1000, 17, 1, 25, 0], [1, 1000, 1000, 1000, 0, 0, 0, 0]]
+    encoder_segment_ids   [[1, 1, 1, 1, 1, 2, 2, 0], [1, 1, 1, 1, 0, 0, 0, 0]]
+    encoder_positions     [[0, 1, 2, 3, 4, 0, 1, 0], [0, 1, 2, 3, 0, 0, 0, 0]]
+    decoder_input_ids     [[0, 18, 0, 26, 27, 0], [0, 31, 0, 0, 0, 0]]
+    decoder_target_ids    [[18, 2, 26, 27, 2, 0], [31, 2, 0, 0, 0, 0]]
+    decoder_segment_ids   [[1, 1, 2, 2, 2, 0], [1, 1, 0, 0, 0, 0]]
+    decoder_positions     [[0, 1, 0, 1, 2, 0], [0, 1, 0, 0, 0, 0]]
+    decoder_loss_weights  [[1.0, 1.0, 1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]]
+    """
+    arrays = [
+        _prefixlm_arrays(
+            [
+                (number, np.asarray(head), np.asarray(tail))
+                for number, (head, tail) in enumerate(row, 1)
+            ],
+            encoder_len,
+            decoder_len,
+            pad_id,
+        )
+        for row in rows
+    ]
+    names = (*PREFIXLM_ARRAYS, "decoder_loss_weights")
+    return {
+        name: np.stack([row[name] for row in arrays])
+        if arrays
+        else np.zeros(
+            (0, encoder_len if name.startswith("encoder") else decoder_len),
+            np.float32 if name == "decoder_loss_weights" else np.int64,
+        )
+        for name in names
+    }

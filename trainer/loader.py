@@ -18,6 +18,14 @@ size, L = seq_len, M = max_images of the builds, H x W = ``image_size``):
 for ``vila`` also ``labels`` and ``position_ids``; for ``prefixlm`` the
 encoder and decoder arrays of :func:`trainer.features.prefixlm_features`.
 
+**Packed PrefixLM.** With ``encoder_len`` and ``decoder_len`` a row holds the
+documents of several samples (:class:`PrefixLMPacker`, first fit in stream
+order; the documents it leaves wait for the next rows), written by
+:func:`trainer.features.pack_prefixlm`: the ``encoder_*`` arrays are
+``[B, encoder_len]``, the ``decoder_*`` arrays ``[B, decoder_len]``, ``images``
+``[B, encoder_len // tokens_per_image, 3, H, W]``, and there are no
+``input_ids``, ``segment_ids`` and ``positions``.
+
 **Workers and nodes.** Each of ``num_workers`` loader processes on each of
 ``world_size`` nodes is one consumer with its own shards
 (:func:`trainer.stream.split_shards`) and its own seeded streams; torch's
@@ -35,6 +43,7 @@ would have given (same seed, sources, batch size, world size and workers).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from typing import Any, Iterator, Sequence
 
@@ -48,7 +57,13 @@ try:
 except ImportError as exc:  # fail at import, naming the fix, not inside a worker
     raise missing_extra("train", "the trainer's loader", exc) from None
 
-from trainer.batch import MAX_BATCH_BYTES, batch_bytes, collate, load_image
+from trainer.batch import (
+    MAX_BATCH_BYTES,
+    batch_bytes,
+    collate,
+    load_image,
+    stack_images,
+)
 from trainer.blend import (
     Blend,
     DataSpec,
@@ -58,12 +73,20 @@ from trainer.blend import (
     resolve_source,
 )
 from trainer.config import DataConfig, data_config  # noqa: F401  (the loader's settings)
-from trainer.features import prefixlm_features, vila_features, without_target
+from trainer.features import (
+    document_runs,
+    pack_prefixlm,
+    packable_bounds,
+    prefixlm_features,
+    vila_features,
+    without_target,
+)
 from trainer.stream import DataError, ShardStream, _reason, _seeded, split_shards
 
 log = logging.getLogger("trainer.data")
 
 STATE_FORMAT = "corpora-loader/1"
+PACK_WINDOW = 64  # PrefixLM documents a row may choose from (first fit, in stream order)
 
 
 def smoke_data_config() -> DataConfig:
@@ -129,6 +152,102 @@ def drop_documents(
     )
 
 
+@dataclasses.dataclass
+class PackedDocument:
+    """A PrefixLM document waiting for a row: its two halves, its images (decoded, in slot
+    order), and where it was read, to read it again on resume."""
+
+    source: int
+    url: str
+    key: str
+    segment: int
+    prefix: np.ndarray
+    target: np.ndarray
+    images: list[np.ndarray]
+
+    @property
+    def reference(self) -> list:
+        return [self.source, self.url, self.key, self.segment, int(self.prefix.shape[0])]
+
+
+def cut_document(
+    source: int,
+    sample: reader.Sample,
+    segment: int,
+    prefix: int,
+    image_token_id: int | None,
+    tokens_per_image: int,
+    decode,
+) -> PackedDocument:
+    """Document ``segment`` of ``sample`` cut at ``prefix``, its images decoded by ``decode``."""
+    ((start, end),) = [(a, b) for s, a, b in document_runs(sample.segment_ids) if s == segment]
+    ids = np.asarray(sample.input_ids, np.int64)
+    if image_token_id is None:
+        first = count = 0
+    else:
+        first = int((ids[:start] == image_token_id).sum()) // tokens_per_image
+        count = int((ids[start:end] == image_token_id).sum()) // tokens_per_image
+    return PackedDocument(
+        source,
+        sample.url,
+        sample.key,
+        segment,
+        ids[start : start + prefix],
+        ids[start + prefix : end],
+        [decode(image) for image in sample.images[first : first + count]],
+    )
+
+
+class PrefixLMPacker:
+    """Rows of PrefixLM documents for an encoder row of ``encoder_len`` and a decoder row of
+    ``decoder_len`` tokens (and at most ``max_images`` images): each row takes, in stream
+    order, every waiting document that still fits both (first fit over the next
+    ``window``); the documents it leaves wait for the next rows, the first of them taken
+    first, so none waits for ever. ``more()`` gives the stream's next documents.
+
+    >>> def doc(prefix, target):
+    ...     return PackedDocument(0, "", "", 1, np.ones(prefix, int), np.ones(target, int), [])
+    >>> stream = iter([[doc(6, 2)], [doc(5, 5)], [doc(3, 1), doc(1, 3)], [doc(2, 2)], [doc(4, 4)]])
+    >>> packer = PrefixLMPacker(encoder_len=10, decoder_len=6, max_images=0, window=2)
+    >>> rows = [packer.row(lambda: next(stream)) for _ in range(2)]
+    >>> [[(len(d.prefix), len(d.target)) for d in row] for row in rows]
+    [[(6, 2), (3, 1), (1, 3)], [(5, 5)]]
+    >>> [(len(d.prefix), len(d.target)) for d in packer.waiting]  # carried over
+    [(2, 2), (4, 4)]
+    """
+
+    def __init__(
+        self, encoder_len: int, decoder_len: int, max_images: int, window: int = PACK_WINDOW
+    ) -> None:
+        self.encoder_len = encoder_len
+        self.decoder_len = decoder_len
+        self.max_images = max_images
+        self.window = window
+        self.waiting: list[PackedDocument] = []
+
+    def row(self, more) -> list[PackedDocument]:
+        row: list[PackedDocument] = []
+        encoder = decoder = images = index = 0
+        while encoder < self.encoder_len and decoder < self.decoder_len:
+            while index >= len(self.waiting) and len(self.waiting) < self.window:
+                self.waiting.extend(more())
+            if index >= len(self.waiting):
+                break
+            doc = self.waiting[index]
+            if (
+                encoder + len(doc.prefix) <= self.encoder_len
+                and decoder + len(doc.target) <= self.decoder_len
+                and images + len(doc.images) <= self.max_images
+            ):
+                row.append(self.waiting.pop(index))
+                encoder += len(doc.prefix)
+                decoder += len(doc.target)
+                images += len(doc.images)
+            else:
+                index += 1
+        return row
+
+
 class BatchStream:
     """The batches of one consumer, in numpy; the worker side of :class:`Loader`."""
 
@@ -162,9 +281,22 @@ class BatchStream:
         self.batches = 0
         self.undecodable = 0
         self.without_target = 0  # PrefixLM documents skipped: nothing to predict
+        self.packer: PrefixLMPacker | None = None
+        if config.packed:
+            self.packer = PrefixLMPacker(
+                config.encoder_len,  # type: ignore[arg-type]
+                config.decoder_len,  # type: ignore[arg-type]
+                packed_max_images(spec, config.encoder_len),  # type: ignore[arg-type]
+            )
+        self.samples_cut = 0  # samples whose documents were cut for the packer: seeds the cuts
+        self.too_long = 0  # documents no cut fits into the packed rows
+        self._pulled: list[tuple[int, reader.Sample]] = []
 
     def next_batch(self) -> tuple[dict[str, np.ndarray], list[tuple[int, reader.Sample]]]:
-        """The next batch's arrays and the ``(source, sample)`` it holds."""
+        """The next batch's arrays and the ``(source, sample)`` it holds (packed PrefixLM:
+        the samples read for it)."""
+        if self.packer is not None:
+            return self._next_packed()
         picks: list[tuple[int, reader.Sample]] = []
         decoded = []
         while len(picks) < self.config.batch_size:
@@ -209,6 +341,111 @@ class BatchStream:
         self.batches += 1
         return batch, picks
 
+    def _next_packed(self) -> tuple[dict[str, np.ndarray], list[tuple[int, reader.Sample]]]:
+        config, packer = self.config, self.packer
+        assert packer is not None
+        self._pulled = []
+        rows = [packer.row(self._documents) for _ in range(config.batch_size)]
+        batch = pack_prefixlm(
+            [[(doc.prefix, doc.target) for doc in row] for row in rows],
+            packer.encoder_len,
+            packer.decoder_len,
+            self.spec.pad_id,
+        )
+        batch["images"], batch["image_mask"] = stack_images(
+            [[image for doc in row for image in doc.images] for row in rows],
+            packer.max_images,
+            self.image_size,
+            config.image_mean,
+            config.image_std,
+        )
+        self.batches += 1
+        return batch, self._pulled
+
+    def _documents(self) -> list[PackedDocument]:
+        """The next sample's documents for the packer, each cut at a prefix length drawn
+        within what fits the packed rows (:func:`~trainer.features.packable_bounds`) from a
+        generator seeded with the run's seed, the consumer and the sample's number."""
+        spec, packer = self.spec, self.packer
+        assert packer is not None
+        while True:
+            source, sample = next(self.blend)
+            sample = self._with_targets(source, sample)  # type: ignore[assignment]
+            if sample is None:
+                continue
+            try:
+                images = [load_image(data, self.image_size) for data in sample.images]
+            except Exception as exc:  # a stored image that does not decode
+                self.blend.retract(source, sample)
+                self.undecodable += 1
+                log.warning("%s: skipped sample %s: %s", sample.url, sample.key, _reason(exc))
+                continue
+            rng = _seeded((self.config.seed, self.consumer, self.samples_cut), 3)
+            self.samples_cut += 1
+            runs = document_runs(sample.segment_ids)
+            bounds = packable_bounds(
+                sample.input_ids,
+                sample.segment_ids,
+                spec.image_token_id,
+                packer.encoder_len,
+                packer.decoder_len,
+            )
+            fits = [(run, b) for run, b in zip(runs, bounds) if b is not None]
+            self.too_long += len(runs) - len(fits)
+            if not fits:
+                self.blend.retract(source, sample)
+                continue
+            lengths = rng.integers([b[0] for _, b in fits], [b[1] + 1 for _, b in fits])
+            self._pulled.append((source, sample))
+            decoded = dataclasses.replace(sample, images=images)
+            return [
+                cut_document(
+                    source,
+                    decoded,
+                    segment,
+                    int(prefix),
+                    spec.image_token_id,
+                    spec.tokens_per_image,
+                    _same_image,
+                )
+                for ((segment, _, _), _), prefix in zip(fits, lengths)
+            ]
+
+    def _reread_waiting(self, references: list[list]) -> list[PackedDocument]:
+        """The packer's waiting documents, read again from their shards."""
+        wanted: dict[str, set[str]] = {}
+        for _, url, key, _, _ in references:
+            wanted.setdefault(url, set()).add(key)
+        found: dict[tuple[str, str], reader.Sample] = {}
+        for url, keys in wanted.items():
+            left = set(keys)
+            try:
+                for sample in reader.iter_samples(url, decode_images=False):
+                    if sample.key in left:
+                        found[(url, sample.key)] = sample
+                        left.discard(sample.key)
+                        if not left:
+                            break
+            except Exception as exc:
+                log.warning("%s: cannot re-read the packer's documents (%s)", url, _reason(exc))
+        lost = [key for _, url, key, _, _ in references if (url, key) not in found]
+        if lost:
+            log.warning("the packer's documents of %d sample(s) were not found again", len(lost))
+        spec = self.spec
+        return [
+            cut_document(
+                int(source),
+                found[(url, key)],
+                int(segment),
+                int(prefix),
+                spec.image_token_id,
+                spec.tokens_per_image,
+                lambda data: load_image(data, self.image_size),
+            )
+            for source, url, key, segment, prefix in references
+            if (url, key) in found
+        ]
+
     def _with_targets(self, source: int, sample: reader.Sample) -> reader.Sample | None:
         """``sample`` without the documents PrefixLM could not train on
         (:func:`~trainer.features.without_target`), counted; ``None`` where
@@ -233,13 +470,14 @@ class BatchStream:
             "shards_skipped": sum(c["shards_skipped"] for c in streams),
             "samples_skipped": sum(c["samples_skipped"] for c in streams) + self.undecodable,
             "documents_without_target": self.without_target,
+            "documents_too_long": self.too_long,
             "sources": {
                 name: dict(count) for name, count in zip(self.blend.names, self.blend.counts)
             },
         }
 
     def state_dict(self) -> dict[str, Any]:
-        return {
+        state = {
             "consumer": self.consumer,
             "batches": self.batches,
             "undecodable": self.undecodable,
@@ -247,6 +485,13 @@ class BatchStream:
             "blend": self.blend.state_dict(),
             "counters": self.counters(),
         }
+        if self.packer is not None:  # the carry-over: references, read again on resume
+            state["packer"] = {
+                "samples_cut": self.samples_cut,
+                "too_long": self.too_long,
+                "waiting": [doc.reference for doc in self.packer.waiting],
+            }
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["consumer"] != self.consumer:
@@ -255,9 +500,39 @@ class BatchStream:
         self.undecodable = int(state["undecodable"])
         self.without_target = int(state.get("without_target", 0))
         self.blend.load_state_dict(state["blend"])
+        if self.packer is not None:
+            packer = state["packer"]
+            self.samples_cut = int(packer["samples_cut"])
+            self.too_long = int(packer["too_long"])
+            self.packer.waiting = self._reread_waiting(packer["waiting"])
 
     def close(self) -> None:
         self.blend.close()
+
+
+def _add_counters(total: dict[str, Any] | None, counters: dict[str, Any]) -> dict[str, Any]:
+    """``total`` plus ``counters`` (a stream's): every number added, per source too."""
+    if total is None:
+        return json.loads(json.dumps(counters))
+    out = dict(total)
+    for key, value in counters.items():
+        if key == "sources":
+            out[key] = {
+                name: {k: out[key].get(name, {}).get(k, 0) + v for k, v in count.items()}
+                for name, count in value.items()
+            }
+        else:
+            out[key] = out.get(key, 0) + value
+    return out
+
+
+def _same_image(image):
+    return image
+
+
+def packed_max_images(spec: DataSpec, encoder_len: int) -> int:
+    """The image slots of a packed PrefixLM row: as many images as its encoder row holds."""
+    return encoder_len // spec.tokens_per_image if spec.image_token_id is not None else 0
 
 
 def _as_torch(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -300,18 +575,28 @@ class Loader:
         self.world_size = world_size
         self.sources = [resolve_source(location, weight) for location, weight in config.sources]
         self.spec: DataSpec = check_blend(self.sources, config.weight_unit)
+        if config.packed and config.objective != "prefixlm":
+            raise ValueError(
+                "encoder_len and decoder_len pack PrefixLM's streams: objective prefixlm"
+            )
         size = config.image_size or self.spec.image_size or (224, 224)
-        need = batch_bytes(config.batch_size, self.spec.seq_len, self.spec.max_images, size)
+        length, images = self.spec.seq_len, self.spec.max_images
+        if config.packed:
+            length = max(config.encoder_len, config.decoder_len)  # type: ignore[type-var]
+            images = packed_max_images(self.spec, config.encoder_len)  # type: ignore[arg-type]
+        need = batch_bytes(config.batch_size, length, images, size)
         if need > MAX_BATCH_BYTES:
             raise DataError(
-                f"a batch of {config.batch_size} samples of {self.spec.seq_len} tokens and "
-                f"{self.spec.max_images} images of {size[0]}x{size[1]} takes "
+                f"a batch of {config.batch_size} samples of {length} tokens and "
+                f"{images} images of {size[0]}x{size[1]} takes "
                 f"{need / 2**30:.1f} GiB, more than {MAX_BATCH_BYTES >> 30} GiB: "
                 "lower the batch size or the image size"
             )
         self.workers = max(1, config.num_workers)
         self._states: list[dict[str, Any] | None] = [None] * self.workers
         self._batches = 0
+        # the counters of the saved streams a resume at another world size took over
+        self._carried: dict[str, Any] | None = None
 
     def _batch_stream(self, worker: int) -> BatchStream:
         stream = BatchStream(
@@ -360,23 +645,25 @@ class Loader:
     def counters(self) -> dict[str, Any]:
         """What the batches handed out so far held: ``batches``, ``samples``,
         ``shards_skipped``, ``samples_skipped``, ``documents_without_target`` (PrefixLM
-        documents skipped: nothing to predict) and per source ``samples``, ``documents``,
-        ``images``, ``tokens``."""
+        documents skipped: nothing to predict), ``documents_too_long`` (packed PrefixLM: no
+        cut fits the rows) and per source ``samples``, ``documents``, ``images``,
+        ``tokens``."""
         total: dict[str, Any] = {
             "batches": 0,
             "samples": 0,
             "shards_skipped": 0,
             "samples_skipped": 0,
             "documents_without_target": 0,
+            "documents_too_long": 0,
             "sources": {s.location: empty_counts() for s in self.sources},
         }
-        for state in self._states:
-            if state is None:
+        for counters in [self._carried] + [s["counters"] for s in self._states if s is not None]:
+            if counters is None:
                 continue
-            counters = state["counters"]
             for key in ("batches", "samples", "shards_skipped", "samples_skipped"):
                 total[key] += counters[key]
-            total["documents_without_target"] += counters.get("documents_without_target", 0)
+            for key in ("documents_without_target", "documents_too_long"):
+                total[key] += counters.get(key, 0)
             for name, count in counters["sources"].items():
                 for key, value in count.items():
                     total["sources"][name][key] += value
@@ -394,16 +681,21 @@ class Loader:
             "world_size": self.world_size,
             "rank": self.rank,
             "workers": self.workers,
+            "encoder_len": c.encoder_len,
+            "decoder_len": c.decoder_len,
         }
 
     def state_dict(self) -> dict[str, Any]:
         """The position of the stream after the batches handed out so far."""
-        return {
+        state = {
             "format": STATE_FORMAT,
             **self._identity(),
             "batches": self._batches,
             "worker_states": list(self._states),
         }
+        if self._carried is not None:
+            state["carried"] = self._carried
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue after the batches ``state`` had handed out. The run must
@@ -411,20 +703,87 @@ class Loader:
         if state.get("format") != STATE_FORMAT:
             raise ValueError(f"not a loader state: format {state.get('format')!r}")
         for key, value in self._identity().items():
-            if state[key] != value:
-                raise ValueError(f"the loader state has {key} {state[key]}, this loader {value}")
+            if state.get(key) != value:  # a state from before packing has no encoder_len
+                raise ValueError(
+                    f"the loader state has {key} {state.get(key)}, this loader {value}"
+                )
         self._batches = int(state["batches"])
         self._states = list(state["worker_states"])
+        self._carried = state.get("carried")
+
+    def load_state_dicts(self, states: Sequence[dict[str, Any]]) -> None:
+        """Continue after a run of another world size (or number of workers), from the
+        states of all its ranks, in rank order (a Distributed Checkpoint's resume).
+
+        The saved streams split the builds' shards among their consumers (rank × worker),
+        which this run's consumers do not share, so no stream can continue where a saved
+        one stopped. Instead every consumer of this run starts a fresh pass of each build,
+        the pass after the furthest any saved stream reached: no sample of the saved
+        passes is read again in them, while what the saved streams had not read of their
+        last pass yet (and held in their shuffle buffers and packers) is skipped, at most
+        one pass of each build. The counters go on from the saved ranks' (this rank takes
+        those of the saved ranks ``r`` with ``r mod world_size == rank``, so the ranks'
+        counters still add up). The same states give the same batches. At the saved world
+        size and workers this is :meth:`load_state_dict` of this rank's state: exact.
+        """
+        states = list(states)
+        saved = len(states)
+        for number, state in enumerate(states):
+            if state.get("format") != STATE_FORMAT:
+                raise ValueError(f"not a loader state: format {state.get('format')!r}")
+            if state.get("rank") != number or state.get("world_size") != saved:
+                raise ValueError(
+                    f"give the states of all {saved} saved ranks in rank order: state {number} "
+                    f"is rank {state.get('rank')} of {state.get('world_size')}"
+                )
+            for key, value in self._identity().items():
+                if key not in ("world_size", "rank", "workers") and state.get(key) != value:
+                    raise ValueError(
+                        f"the loader state has {key} {state.get(key)}, this loader {value}"
+                    )
+        if saved == self.world_size and states[self.rank]["workers"] == self.workers:
+            self.load_state_dict(states[self.rank])
+            return
+        passes = [0] * len(self.sources)
+        for state in states:
+            for worker_state in state["worker_states"]:
+                if worker_state is None:
+                    continue
+                for index, stream in enumerate(worker_state["blend"]["streams"]):
+                    passes[index] = max(passes[index], int(stream["pass"]) + 1)
+        carried: dict[str, Any] | None = None
+        for number, state in enumerate(states):
+            if number % self.world_size != self.rank:
+                continue
+            for counters in [state.get("carried")] + [
+                w["counters"] for w in state["worker_states"] if w is not None
+            ]:
+                if counters is not None:
+                    carried = _add_counters(carried, counters)
+        self._carried = carried
+        self._batches = 0
+        self._states = [None] * self.workers
+        fresh = []
+        for worker in range(self.workers):
+            stream = self._batch_stream(worker)
+            try:
+                for shard_stream, number in zip(stream.blend.streams, passes):
+                    shard_stream.start_pass(number)
+                fresh.append(stream.state_dict())
+            finally:
+                stream.close()
+        self._states = fresh  # type: ignore[assignment]
 
     def preview(
         self, count: int
     ) -> list[tuple[dict[str, np.ndarray], list[tuple[int, reader.Sample]]]]:
         """The first ``count`` batches of this rank's first worker, with the
-        samples they hold, read in this process (``corpora train data``)."""
+        samples they hold, read in this process (``corpora train data``). Packed
+        PrefixLM batches are shown as their samples would be unpacked (one sample a row)."""
         stream = BatchStream(
             self.sources,
             self.spec,
-            self.config,
+            dataclasses.replace(self.config, encoder_len=None, decoder_len=None),
             self.rank * self.workers,
             self.world_size * self.workers,
         )

@@ -264,6 +264,16 @@ class ShardStream:
         self.counters = dict(state["counters"])
         self._buffer = self._reread([(int(i), int(n)) for i, n in state["buffer"]])
 
+    def start_pass(self, number: int) -> None:
+        """Start pass ``number`` afresh: its seeded shard order from the first shard, the
+        shuffle buffer empty (a resume at another world size, whose streams cannot continue
+        the saved ones)."""
+        self._close_reader()
+        self._pass = int(number)
+        self._position = self._offset = self._read_in_pass = 0
+        self._order = self._order_of(self._pass)
+        self._buffer = []
+
     def _reread(self, refs: list[tuple[int, int]]) -> list[tuple[tuple[int, int], reader.Sample]]:
         wanted: dict[int, set[int]] = {}
         for index, number in refs:

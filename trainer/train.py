@@ -131,10 +131,14 @@ def check_attention(model: TrainableModel, runtime: Runtime, compile: bool = Fal
 
 
 def check_batch(model: TrainableModel, batch: dict[str, torch.Tensor], spec) -> None:
-    """The first batch: its shapes and its image slots, before any step."""
-    seq_len = batch["segment_ids"].shape[-1]
-    if seq_len != spec.seq_len:
-        raise ConfigError(f"batches have length {seq_len}, the data's seq_len is {spec.seq_len}")
+    """The first batch: its shapes and its image slots, before any step. (Packed PrefixLM
+    batches have encoder and decoder rows of their own lengths and no ``segment_ids``.)"""
+    if "segment_ids" in batch:
+        seq_len = batch["segment_ids"].shape[-1]
+        if seq_len != spec.seq_len:
+            raise ConfigError(
+                f"batches have length {seq_len}, the data's seq_len is {spec.seq_len}"
+            )
     size = tuple(batch["images"].shape[-2:])
     if batch["images"].shape[1] and size != (model.image_size, model.image_size):
         raise ConfigError(
@@ -148,6 +152,13 @@ def check_batch(model: TrainableModel, batch: dict[str, torch.Tensor], spec) -> 
             raise ConfigError(problem)
 
 
+def real_tokens(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The batch's non-padding tokens: of its rows, or of its packed PrefixLM streams."""
+    if "segment_ids" in batch:
+        return (batch["segment_ids"] > 0).sum()
+    return (batch["encoder_segment_ids"] > 0).sum() + (batch["decoder_segment_ids"] > 0).sum()
+
+
 def parameter_counts(model: TrainableModel) -> tuple[int, int]:
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
@@ -159,9 +170,15 @@ def _millions(count: int) -> str:
 
 
 def describe(
-    model: TrainableModel, spec, config: TrainConfig, runtime: Runtime, name: str
+    model: TrainableModel,
+    spec,
+    config: TrainConfig,
+    runtime: Runtime,
+    name: str,
+    streams: tuple[int, int] | None = None,
 ) -> list[str]:
-    """The derived quantities printed at start."""
+    """The derived quantities printed at start; ``streams``: the encoder and decoder lengths
+    of packed PrefixLM rows."""
     trainable, frozen = parameter_counts(model)
     sequences = config.batch_size * config.accumulate * runtime.world_size
     optim = config.optim
@@ -173,7 +190,10 @@ def describe(
         f"{processes} on {runtime.kind}{parallel}, precision {runtime.precision}",
         f"per step: {config.batch_size} sequences x {config.accumulate} accumulation x "
         f"{processes} = {sequences:,} sequences, {sequences * spec.seq_len:,} tokens "
-        f"(seq_len {spec.seq_len})",
+        f"(seq_len {spec.seq_len})"
+        if streams is None
+        else f"{processes} = {sequences:,} rows, {sequences * sum(streams):,} tokens "
+        f"(encoder {streams[0]} + decoder {streams[1]}, packed)",
         f"{config.steps:,} steps, AdamW lr {optim.lr:g} ({warmup:,} warmup steps, "
         f"{optim.decay} decay), weight decay {optim.weight_decay:g}, clip {optim.clip_norm:g}",
     ]
@@ -310,7 +330,9 @@ def fit(
                 say(f"step {step:,} is already --steps {config.steps:,}: nothing to train")
         elif config.resume:
             say(f"no checkpoint in {config.output} yet: starting at step 0")
-    for line in describe(model, spec, config, runtime, name):
+    data = getattr(loader, "config", None)
+    streams = (data.encoder_len, data.decoder_len) if getattr(data, "packed", False) else None
+    for line in describe(model, spec, config, runtime, name, streams):
         say(line)
 
     first_step = step
@@ -331,7 +353,7 @@ def fit(
         counts = torch.stack(
             [
                 sum(model.count_targets(b).long() for b in micro),
-                sum((b["segment_ids"] > 0).sum() for b in micro),
+                sum(real_tokens(b) for b in micro),
                 sum(b["image_mask"].sum() for b in micro),
                 sum(model.step_flops(b) for b in micro),
             ]

@@ -12,6 +12,7 @@ import numpy as np
 from corpora.clip.loading import ClipModel
 from corpora.clip.settings import SCORE, SCORE_DECIMALS
 from corpora.record import Document, Drop, ImageChunk, TextChunk, open_image
+from corpora.sources.mmc4.assign import assign_images
 
 
 def decode_image(data: bytes | None):
@@ -188,8 +189,6 @@ def assign_by_clip(doc: Document, similarity: DocumentSimilarity, model_id: str)
     removed and counted in ``meta["images_removed"]``. A document without
     images passes unchanged, for the layout to judge.
     """
-    from corpora.sources.mmc4.assign import assign_images
-
     images = doc.images
     if not images:
         return doc

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from corpora.clip.settings import SCORE, ClipSettings
+from corpora.stages.selection import quantiles
 
 
 def clip_summary(
@@ -15,8 +16,6 @@ def clip_summary(
     resolution: float,
 ) -> dict[str, Any]:
     """The manifest's ``clip`` entry: which model scored the build, and how scores fell."""
-    from corpora.stages.selection import quantiles
-
     return {
         "model": settings.model_id,
         "architecture": settings.model,

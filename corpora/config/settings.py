@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Sequence
 
-from corpora import MAX_SEQ_LEN
+from corpora import MAX_SEQ_LEN, stages
 from corpora.clip import ClipSettings
+from corpora.config import catalog
 from corpora.config.bundled_sample import SAMPLE_TOKENIZER
 from corpora.fetch import FetchSettings
 from corpora.sources.inputs import MAX_LINE_BYTES
@@ -67,8 +68,6 @@ class BuildSettings:
         >>> corpus_settings("c4", ("c4.json.gz",), "out").derived()
         {'seq_len': 2048, 'tokens_per_shard': 2048000}
         """
-        from corpora.config import catalog
-
         if not catalog.get(self.corpus).images:
             return {
                 "seq_len": self.seq_len,
@@ -113,9 +112,6 @@ def corpus_settings(corpus: str, inputs: Sequence[str], output: str, **given: An
     ...
     ValueError: c4 has no option 'min_sim'
     """
-    from corpora import stages
-    from corpora.config import catalog
-
     spec = catalog.get(corpus)
     overrides = {name: value for name, value in given.items() if name in _FIELDS}
     if "corpus_options" in overrides or "stage_options" in overrides:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, BinaryIO, Iterator
 
+from corpora.config.bundled_sample import c4_sample
 from corpora.config.spec import CorpusSpec
 from corpora.record import Document, Drop, TextChunk, stable_id
 from corpora.sources.inputs import (
@@ -91,8 +92,6 @@ def read_records(stream: BinaryIO, path: str, settings: BuildSettings) -> Iterat
 
 def bundled_sample(directory: str) -> str:
     """The C4 sample bundled with the package: 300 documents written for it."""
-    from corpora.config.bundled_sample import c4_sample
-
     return c4_sample(directory)
 
 

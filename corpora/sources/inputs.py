@@ -26,6 +26,8 @@ import zipfile
 import zlib
 from typing import Any, BinaryIO, Iterator
 
+from corpora.record import Drop
+
 # The longest line a reader loads (bytes, without its line ending); longer
 # lines are dropped as ``line_too_long``. An MMC4 document with its
 # similarity matrix and face detections is well under 1 MB.
@@ -159,8 +161,6 @@ def json_object(raw: bytes | LongLine, where: str):
     ['bad_json', 'not_utf8', 'not_utf8', 'bad_json']
     """
     import json
-
-    from corpora.record import Drop
 
     if isinstance(raw, LongLine):
         return Drop(

@@ -37,6 +37,8 @@ import dataclasses
 import math
 from typing import Iterable, Mapping
 
+from corpora.record import Drop
+
 RESOLUTION = 1e-4  # bucket width in score units: 20,000 buckets span a cosine range of [-1, 1]
 
 Histogram = dict[int, int]
@@ -206,8 +208,6 @@ def threshold(doc, score: float | None, minimum: float, reason: str):
 
     A record without a usable score is dropped as ``{reason}_missing_score``.
     """
-    from corpora.record import Drop
-
     if not valid_score(score):
         return Drop(f"{reason}_missing_score", doc.id, url=doc.source_url)
     if score < minimum:

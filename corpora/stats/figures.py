@@ -22,11 +22,12 @@ import collections
 import dataclasses
 import json
 import tarfile
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from corpora import reader
+from corpora.config import catalog
 from corpora.fetch.settings import is_fetch_reason
 from corpora.stats.distributions import distribution
 
@@ -128,40 +129,118 @@ def sequence_values(
     for entry in sorted(documents, key=lambda d: d["segment"]):
         tokens, image_tokens, special_tokens = counts.get(entry["segment"], (0, 0, 0))
         with_text, ends_in_image = placement.get(entry["segment"], (0, False))
-        dropped = entry.get("dropped") or {}
-        piece = int(entry.get("piece", 0))
-        scores = []
-        for img in entry.get("images", []):
-            for name, value in sorted((img.get("scores") or {}).items()):
-                if value is not None:
-                    scores.append((name, quantise(value)))
-        failures = ()
-        if piece == 0:
-            failures = tuple(
-                f.get("reason", "unknown")
-                for f in (entry.get("meta") or {}).get("image_failures", [])
-            )
         pieces.append(
-            SegmentValues(
-                id=str(entry["id"]),
-                piece=piece,
-                pieces=int(entry.get("pieces", 1)),
-                text_tokens=tokens - image_tokens - special_tokens,
-                image_tokens=image_tokens,
-                special_tokens=special_tokens,
-                images=image_tokens // ids.tokens_per_image,
-                scores=tuple(scores),
-                image_failures=failures,
-                images_with_text=with_text // ids.tokens_per_image,
-                ends_in_image=ends_in_image,
-                dropped_pieces=int(dropped.get("pieces", 0)),
-                dropped_tokens=int(dropped.get("tokens", 0)),
+            _segment_values(
+                entry, tokens, image_tokens, special_tokens, with_text, ends_in_image, ids
             )
         )
     return SequenceValues(
         tokens=int(input_ids.shape[0]),
         padding_tokens=counts.get(0, (0, 0, 0))[0],
         pieces=tuple(pieces),
+    )
+
+
+def packed_values(
+    tokens: np.ndarray,
+    lengths: np.ndarray,
+    counts: np.ndarray,
+    entries: Sequence[Mapping[str, Any]],
+    seq_len: int,
+    ids: TokenIds,
+) -> Iterator[SequenceValues]:
+    """:func:`sequence_values` of each sequence of a packing group, from the
+    arrays the packer holds (pieces' ids back to back, each piece's length,
+    the pieces of each sequence: :class:`corpora.tokens.pack_groups.PackedGroup`)
+    rather than from laid-out sequences: one pass over the group's tokens.
+
+    >>> ids = TokenIds(image_token_id=9, bos_id=1, eos_id=2, tokens_per_image=2)
+    >>> tokens = np.array([1, 5, 6, 2, 1, 7, 2], np.int32)
+    >>> entries = [{"id": "a", "pieces": 1}, {"id": "b", "piece": 0, "pieces": 2}]
+    >>> [v] = packed_values(tokens, np.array([4, 3]), np.array([2]), entries, 10, ids)
+    >>> v == sequence_values(np.append(tokens, [0, 0, 0]), np.array([1] * 4 + [2] * 3 + [0] * 3),
+    ...     [{**entries[0], "segment": 1}, {**entries[1], "segment": 2}], ids)
+    True
+    """
+    tokens = np.asarray(tokens)
+    starts = np.concatenate(([0], np.cumsum(lengths, dtype=np.int64)))[:-1]
+    image = tokens == ids.image_token_id
+    special = np.zeros(tokens.shape, dtype=bool)
+    for token in (ids.bos_id, ids.eos_id):
+        if token >= 0:
+            special |= tokens == token
+    special &= ~image
+    if len(lengths):
+        image_tokens = np.add.reduceat(image, starts, dtype=np.int64).tolist()
+        special_tokens = np.add.reduceat(special, starts, dtype=np.int64).tolist()
+    else:
+        image_tokens = special_tokens = []
+    has_images = bool(image.any())
+    piece = 0
+    for count in np.asarray(counts).tolist():
+        pieces, used = [], 0
+        for index in range(piece, piece + count):
+            entry, length = entries[index], int(lengths[index])
+            used += length
+            if has_images:  # where the slots sit needs the laid-out sequence
+                break
+            pieces.append(
+                _segment_values(
+                    entry, length, image_tokens[index], special_tokens[index], 0, False, ids
+                )
+            )
+        if has_images:
+            a, b = int(starts[piece]), int(starts[piece + count - 1] + lengths[piece + count - 1])
+            segments = np.repeat(np.arange(1, count + 1), lengths[piece : piece + count])
+            yield sequence_values(
+                np.concatenate((tokens[a:b], np.full(seq_len - (b - a), -1, tokens.dtype))),
+                np.concatenate((segments, np.zeros(seq_len - (b - a), segments.dtype))),
+                [{**entries[p], "segment": p - piece + 1} for p in range(piece, piece + count)],
+                ids,
+            )
+        else:
+            yield SequenceValues(
+                tokens=seq_len, padding_tokens=seq_len - used, pieces=tuple(pieces)
+            )
+        piece += count
+
+
+def _segment_values(
+    entry: Mapping[str, Any],
+    tokens: int,
+    image_tokens: int,
+    special_tokens: int,
+    with_text: int,
+    ends_in_image: bool,
+    ids: TokenIds,
+) -> SegmentValues:
+    """One segment's values from its ``json`` entry and its token counts."""
+    dropped = entry.get("dropped") or {}
+    piece = int(entry.get("piece", 0))
+    scores = []
+    for img in entry.get("images", []):
+        for name, value in sorted((img.get("scores") or {}).items()):
+            if value is not None:
+                scores.append((name, quantise(value)))
+    failures = ()
+    if piece == 0:
+        failures = tuple(
+            f.get("reason", "unknown") for f in (entry.get("meta") or {}).get("image_failures", [])
+        )
+    return SegmentValues(
+        id=str(entry["id"]),
+        piece=piece,
+        pieces=int(entry.get("pieces", 1)),
+        text_tokens=tokens - image_tokens - special_tokens,
+        image_tokens=image_tokens,
+        special_tokens=special_tokens,
+        images=image_tokens // ids.tokens_per_image,
+        scores=tuple(scores),
+        image_failures=failures,
+        images_with_text=with_text // ids.tokens_per_image,
+        ends_in_image=ends_in_image,
+        dropped_pieces=int(dropped.get("pieces", 0)),
+        dropped_tokens=int(dropped.get("tokens", 0)),
     )
 
 
@@ -441,8 +520,6 @@ def fetch_drops(manifest: Mapping[str, Any]) -> collections.Counter:
     document corpus drops no record for a failed image. Without that count (a
     manifest that has none), every funnel drop with a fetch reason is one.
     """
-    from corpora.config import catalog
-
     dropped = (manifest.get("funnel") or {}).get("dropped", {})
     if "images" not in manifest:
         return collections.Counter(

@@ -213,6 +213,9 @@ class StoreFetch:
     def close(self) -> None:
         self.commit()
         self._reader.close()
+        for index in self._indexes.values():
+            index.close()
+        self._indexes = {}
 
 
 def arrival_summary(counts: Mapping[str, int]) -> dict[str, int]:

@@ -49,7 +49,8 @@ from corpora.store.writer import StoreSpec, StoreWriter
 STASH = ".corpora/images"  # under the build's output; removed once the manifest is written
 RECORDS = ".corpora/records"  # batches of records as read, spread over the workers
 DOCUMENTS = ".corpora/documents"  # the tokenized documents, images as references
-STASHES = (STASH, RECORDS, DOCUMENTS)
+SEQUENCES = ".corpora/sequences"  # a text build's packed groups, one file per group
+STASHES = (STASH, RECORDS, DOCUMENTS, SEQUENCES)
 STASHED = "stashed"  # an image chunk's meta key: (tar, offset, size, sha256) of its bytes
 _SPLIT = "images"
 

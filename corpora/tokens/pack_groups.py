@@ -14,12 +14,24 @@ call each of these functions, and nothing else decides a byte):
 The number of groups depends only on the input, never on the workers, so the
 shards are the same whatever runs the build. :func:`corpora.tokens.pack.pack` packs
 documents held in memory with the same functions, in the order given.
+
+A text corpus packs where it tokenizes instead (:func:`packs_where_tokenized`):
+its packing groups are the batches its reader hands on (:data:`TEXT_GROUP_SIZES`
+records of one input file, in read order, whatever the workers), and each
+batch is tokenized, planned and packed in one step (:func:`pack_group`, the
+same plan, order and cut as above). A group's sequences leave it as a
+:class:`PackedGroup`: the ids of its pieces back to back and their lengths,
+all a shard writer needs (:func:`group_sequences` lays them out). Groups are
+numbered by :attr:`PackedGroup.order`, a digest of their documents' keys.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Iterator
+import hashlib
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+
+import numpy as np
 
 from corpora.record import Drop, stable_hash
 from corpora.tokens.pack import (
@@ -27,9 +39,18 @@ from corpora.tokens.pack import (
     DEFAULT_MAX_OPEN,
     EMPTY_DOCUMENT,
     DocumentPlan,
+    PackedSequence,
+    PackingError,
     PieceRef,
+    cut_piece,
     pack_plan,
+    plan_pieces,
 )
+
+if TYPE_CHECKING:
+    from corpora.config.settings import BuildSettings
+    from corpora.config.spec import CorpusSpec
+    from corpora.tokens.tokenizer import TokenizedDocument
 
 # The number of packing groups when the build does not fix it, from the number
 # of documents alone (never the workers', so that the shards are the same on
@@ -117,3 +138,128 @@ def group_offsets(counts: dict[int, int]) -> dict[int, int]:
         offsets[group] = total
         total += counts[group]
     return offsets
+
+
+# A text corpus's packing groups: the reader's batches, growing from 16 to 2,048
+# records of one file (a small input still spreads over the workers). Each
+# group ends with its own partly filled sequences: about one per group, 0.2 %
+# of the tokens of 2,048 C4 documents at seq_len 2048.
+TEXT_GROUP_SIZES = (16, 2_048)
+
+
+def packs_where_tokenized(spec: CorpusSpec, settings: BuildSettings) -> bool:
+    """Whether a build packs each batch where it tokenizes it (a text corpus:
+    no image, no global selection that rebatches its records, no fixed
+    ``pack_groups``, whose groups hash each tokenized document's key)."""
+    return (
+        not spec.images
+        and settings.pack_groups is None
+        and spec.top_fraction(settings) is None
+        and settings.clip is None
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedGroup:
+    """One packing group's sequences, as a shard writer needs them.
+
+    ``tokens`` holds every piece's ids, sequence after sequence and in slot
+    order within one; ``lengths`` each piece's length and ``entries`` its
+    ``json`` entry, in that order; ``counts`` the pieces of each sequence.
+    ``order`` places the group among a build's groups: a digest of its
+    documents' keys, so the same on every run (two groups with one order
+    hold the same documents and pack to the same sequences).
+    """
+
+    order: str
+    tokens: np.ndarray
+    lengths: np.ndarray
+    counts: np.ndarray
+    entries: tuple[dict[str, Any], ...]
+    kept: int
+    dropped: tuple[Drop, ...]
+
+    @property
+    def sequences(self) -> int:
+        return int(self.counts.shape[0])
+
+
+def pack_group(
+    docs: Sequence[TokenizedDocument],
+    seq_len: int,
+    packed: bool = True,
+    buffer_size: int = DEFAULT_BUFFER_SIZE,
+    max_open: int = DEFAULT_MAX_OPEN,
+) -> PackedGroup:
+    """Plan, order and pack one group of documents held in memory: the
+    sequences :func:`corpora.tokens.pack.pack` makes of the group in key order,
+    empty documents dropped (:func:`plan_group`).
+
+    >>> from corpora.tokens.tokenizer import Span, TokenizedDocument
+    >>> def doc(name, n):
+    ...     spans = (Span("bos", 0, 1), Span("text", 1, n - 1), Span("eos", n - 1, n))
+    ...     ids = np.arange(n, dtype=np.int32)
+    ...     return TokenizedDocument(name, "c", ids, spans, (), {"id": name})
+    >>> group = pack_group([doc("b", 5), doc("a", 4), doc("c", 4)], seq_len=8)
+    >>> group.counts.tolist(), group.lengths.tolist(), [e["id"] for e in group.entries]
+    ([1, 2], [5, 4, 4], ['b', 'a', 'c'])
+    >>> [s.input_ids.tolist() for s in group_sequences(group, 0, 2, seq_len=8, pad_id=0)]
+    [[0, 1, 2, 3, 4, 0, 0, 0], [0, 1, 2, 3, 0, 1, 2, 3]]
+    """
+    plans = [plan_pieces(doc, seq_len) for doc in docs]
+    by_key = {plan.key: doc for plan, doc in zip(plans, docs)}  # one key: the same bytes
+    planned = plan_group(plans, seq_len, packed, buffer_size, max_open)
+    slices, lengths, counts, entries = [], [], [], []
+    for sequence in planned.sequences:
+        counts.append(len(sequence))
+        for ref in sequence:
+            piece = cut_piece(by_key[ref.key], ref)
+            if piece.images:
+                raise PackingError(f"document {ref.key!r} has images: not a text group")
+            slices.append(piece.input_ids)
+            lengths.append(piece.length)
+            entries.append(piece.entry)
+    digest = hashlib.blake2b(digest_size=16)
+    for key in sorted(plan.key for plan in plans):
+        digest.update(key.encode("utf-8") + b"\n")
+    return PackedGroup(
+        order=digest.hexdigest(),
+        tokens=np.concatenate(slices) if slices else np.zeros(0, np.int32),
+        lengths=np.array(lengths, dtype=np.int32),
+        counts=np.array(counts, dtype=np.int32),
+        entries=tuple(entries),
+        kept=planned.kept,
+        dropped=planned.dropped,
+    )
+
+
+def group_sequences(
+    group: PackedGroup, first: int, count: int, seq_len: int, pad_id: int
+) -> Iterator[PackedSequence]:
+    """Sequences ``first`` to ``first + count`` of ``group``, laid out as
+    :func:`corpora.tokens.pack.assemble` lays them out (the same bytes), all
+    of them at once in ``[count, seq_len]`` arrays whose rows they are."""
+    piece_starts = np.concatenate(([0], np.cumsum(group.counts, dtype=np.int64)))
+    token_starts = np.concatenate(([0], np.cumsum(group.lengths, dtype=np.int64)))
+    p0, p1 = int(piece_starts[first]), int(piece_starts[first + count])
+    t0, t1 = int(token_starts[p0]), int(token_starts[p1])
+    lengths = group.lengths[p0:p1].astype(np.int64)
+    counts = group.counts[first : first + count].astype(np.int64)
+    starts = piece_starts[first : first + count] - p0  # every sequence holds a piece
+    used = np.add.reduceat(lengths, starts) if count else np.zeros(0, np.int64)
+    filled = np.arange(seq_len)[None, :] < used[:, None]
+    input_ids = np.full((count, seq_len), pad_id, dtype=np.int32)
+    segment_ids = np.zeros((count, seq_len), dtype=np.int32)
+    positions = np.zeros((count, seq_len), dtype=np.int32)
+    input_ids[filled] = group.tokens[t0:t1]
+    # each piece's slot in its sequence (1, 2, …) and each token's place in its piece
+    pieces = np.arange(p1 - p0) - np.repeat(starts, counts)
+    segment_ids[filled] = np.repeat(pieces + 1, lengths)
+    positions[filled] = np.arange(t1 - t0) - np.repeat(token_starts[p0:p1] - t0, lengths)
+    entries = group.entries
+    for row in range(count):
+        a, b = int(piece_starts[first + row]), int(piece_starts[first + row + 1])
+        documents = tuple(
+            {**entries[p], "segment": segment} for segment, p in enumerate(range(a, b), start=1)
+        )
+        yield PackedSequence(input_ids[row], segment_ids[row], positions[row], (), documents)

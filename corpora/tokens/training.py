@@ -6,6 +6,8 @@ import io
 import os
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+from corpora.sources.inputs import InputError, LongLine, iter_lines
+
 MODEL_TYPES = ("unigram", "bpe")
 
 
@@ -92,8 +94,6 @@ def texts_of_line(raw: bytes) -> list[str]:
 
 def iter_corpus_text(stream, path: str) -> Iterator[str]:
     """The training texts of one (possibly compressed) corpus file."""
-    from corpora.sources.inputs import LongLine, iter_lines
-
     for _, raw in iter_lines(stream, path):
         if not isinstance(raw, LongLine):  # a line over the cap is never loaded
             yield from texts_of_line(raw)
@@ -104,8 +104,6 @@ def match_corpus_files(inputs: Sequence[str]) -> list[Any]:
     directories (every file in them) or URIs; raises
     :class:`~corpora.sources.inputs.InputError` for an input that matches nothing."""
     import fsspec
-
-    from corpora.sources.inputs import InputError
 
     files = []
     for given in inputs:

@@ -16,6 +16,7 @@ code; record them only from code whose output is known to be unchanged.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 
@@ -46,6 +47,27 @@ def _c4(directory: str, server: ImageServer) -> str:
     return directory  # a directory, expanded to the corpus's file patterns
 
 
+def _c4_files(directory: str, server: ImageServer) -> str:
+    """The c4 fixture and a second file of 70 documents: a text build's
+    packing groups (its reader's batches: 16, 32, then 22 documents of the
+    second file) spread over the workers."""
+    fixtures.write_c4_json_gz(directory, fixtures.c4_lines(), 0, 2)
+    lines = [
+        json.dumps(
+            {
+                "text": " ".join(
+                    fixtures.SENTENCES[(i + j) % len(fixtures.SENTENCES)] for j in range(i % 4 + 1)
+                ),
+                "timestamp": "2019-04-25T00:00:00Z",
+                "url": f"https://example.org/c4/many/{i}",
+            }
+        ).encode("utf-8")
+        for i in range(1, 71)
+    ]
+    fixtures.write_c4_json_gz(directory, lines, 1, 2)
+    return directory
+
+
 def _wit(directory: str, server: ImageServer) -> str:
     path = os.path.join(directory, "wit_v1.train.all-00000-of-00010.tsv.gz")
     return fixtures.write_wit_tsv_gz(path, fixtures.wit_rows(server))
@@ -64,7 +86,8 @@ BUILDS = {
     "mmc4-reordered": ("mmc4-reordered", _mmc4, ("--min-sim", "0.24", "--max-images", "2")),
     "mmc4-pairs": ("mmc4-pairs", _mmc4, ("--reassign",)),
     "mmc4-pairs-unpacked": ("mmc4-pairs", _mmc4, ("--no-pack",)),
-    "c4": ("c4", _c4, ("--pack-groups", "3")),
+    "c4": ("c4", _c4, ("--pack-groups", "3")),  # groups by key: the documents stashed
+    "c4-read-groups": ("c4", _c4_files, ()),  # packed where tokenized, in the reader's batches
     "wit": ("wit", _wit, ("--caption", "best", "--with-context", "--languages", "en,fr")),
 }
 
@@ -131,7 +154,46 @@ def clip_flags(tiny) -> tuple[str, ...]:
 # Issue 32 then re-recorded the stats.json of mmc4-reassign and mmc4-reordered, the two
 # builds whose --min-sim removes images from kept documents: the funnel of stats.json
 # gained images_removed where there are any. Their shards kept their bytes.
+#
+# Issue 29 added c4-read-groups: a text build without --pack-groups packs each batch of
+# its reader where it tokenizes it (no document stashed), in groups that differ from
+# the hash groups of a build with --pack-groups, so its bytes are its own; the c4 entry
+# (--pack-groups 3, still the stashed path) kept its bytes.
 EXPECTED: dict[str, dict] = {
+    "c4-read-groups": {
+        "shards": [
+            "5072b1530a7864db6531f0db9e577cf50b5b83679a80e071a061e9fb83dddbe2",
+            "bda43440b4f228e9a92056aa0ebe617b7aafdfa2c1a7a0d4fe26acd3942ea334",
+            "516bdb8eb7dd272e327c7fa609efd9c0dcaee73e464af1dac41a6a9b1241b97c",
+            "77d24b588a00d6e2fa0566fd83dfcbe0c05876377b7aad6f51a6ef31387e1229",
+            "06539d12b79c8e26721f29a4fdf4f4a4700b62fb97776445d92febb2b0b434d4",
+            "36790302b0d8d0418d37373281a123ded8bd7cc85c2a446e68d861f7544f3ba7",
+            "095e5fce80b9e0b4cf57037e6d93484442b5f6aeb6cf37f9a4d192f2a9ed4b9a",
+            "254f33b176ea6c01a92163f738780f2c6ead98978bb6f5d3877f6f9a9a877168",
+            "c5222c1e8d6236d3e6954061069c5ee72f86a089e1b797aa1812f13974acc747",
+            "ad46085e5127f636763d4725a91e43610e2f41d6e077dbad34391177505ae97d",
+            "72a335e4c6a67ff70bf8764d9cdcf30e44797fde33bff28488b0e370cb066136",
+            "540bf07757d89293d789ccfa1e7090a0e2c064e0899406ea13e5e73c283f44c1",
+            "a2f9d80263bec17944de55ad89f9c55f82e2a892de98c697b42a22539d228cc5",
+            "f6a55446ab82b4712cdac4c9ea368357ae5a5b1a449e5ff09a520f08362695ad",
+            "ae5758ed438ae25ca439d6f241a25201dd47ff90276c7ffd424e00ad1963dffa",
+            "298a3a9329a60a7d58e184d1fcac0da903e86b7b5364c62eae1287ca24ec5913",
+            "558d406b86889119dc87ddbec4038264c05737f4ab869d9246e381780957b420",
+            "81d2d74c4384fbbf64d01e1733cdd013213095d1c7ff503b1530e14e1f3d1b9c",
+            "292e6d515c1e2a1988b5f6e7d8b5e70d9d21fc8984182799b8ea97c49034ef49",
+            "9cc42a351bfa4ca08de146831a04f6e7ecc76bc70cb500ba99a379e562e764b5",
+            "901221706cad29c681c663e7b90def44c8a256da793aa69f3b09699d49af90a7",
+            "769183d1a0642e5c5621d00255f56a2da9b5baf8866d7de42cbdf825d6e5a3e8",
+            "413fe6eeba7c8e53d2637895f23d64309767904992ce21bef22bd6c6319ca1fe",
+            "22847500b704abfa63cae6f83b52f56216af321d4a409d73483f534f6fa7ae46",
+            "e8991d30a74c790a4e552ab910a403f22e5ca406851ef5e48c2afd6ceaac3e00",
+            "6e6130054ae90dae1ed6642404c299dc059362f0f0522b5c18fc2bb36b600252",
+            "ba24fd8029025d3f3a621321322ddf82955e9c730b91b0cf1e74da94561cbd98",
+            "c26876a209fbe831d0cf463482b42b62dfbc1fe72d85bcca16bd611696f6c405",
+            "88289fa9248c96b41d99b12df39f5fc02f90babaabf05f086f07ae74132287b5",
+        ],
+        "stats.json": "00bf864dccf3d47a958856634a971b31dca082bd965d2aa4e098f5a3dadcb268",
+    },
     "c4": {
         "shards": [
             "5c3e229cb407789ad711377642a6a97540c37e7b04b790ccca832dd0a5c61c08",
@@ -225,7 +287,7 @@ def test_build_writes_the_recorded_bytes(name, server, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["c4", "coyo", "mmc4-reassign"])
+@pytest.mark.parametrize("name", ["c4", "c4-read-groups", "coyo", "mmc4-reassign"])
 def test_two_warm_workers_write_the_recorded_bytes(name, server, tmp_path):
     """Two worker processes, forked by the build's zygote (pipelines/workers.py),
     write one worker's bytes."""

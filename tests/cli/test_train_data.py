@@ -72,6 +72,30 @@ def test_simvlm_eight_to_one_by_documents_is_measured_in_every_unit(builds):
     assert pairs_images == pairs_docs and c4_images == 0
 
 
+def test_prefixlm_padding_is_measured_unpacked_and_packed_to_the_suggested_lengths(builds):
+    result = run_cli(
+        "train", "data",
+        "--data", f"{builds.pairs_packed}:8", "--data", f"{builds.c4}:1",
+        "--weight-unit", "documents", "--objective", "prefixlm", "--batches", "1",
+        "--batch-size", "8", "--mix-samples", "0", "--image-size", "16",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    found = re.findall(r"encoder ([\d.]+)% real, decoder ([\d.]+)% real$", result.stdout, re.M)
+    (unpacked, packed) = [tuple(map(float, pair)) for pair in found]
+    assert "PrefixLM streams over 20 batches:" in result.stdout
+    assert max(unpacked) < 60 and min(packed) >= 80, result.stdout
+    suggested = re.search(r"suggested --encoder-len (\d+) --decoder-len (\d+):", result.stdout)
+    assert sum(map(int, suggested.groups())) == 640
+    given = run_cli(
+        "train", "data",
+        "--data", f"{builds.pairs_packed}:8", "--data", f"{builds.c4}:1",
+        "--weight-unit", "documents", "--objective", "prefixlm", "--batches", "1",
+        "--mix-samples", "0", "--encoder-len", "352",
+    )  # fmt: skip
+    assert given.returncode == 2
+    assert "encoder_len and decoder_len: give both (packed PrefixLM) or neither" in given.stderr
+
+
 def test_vila_blend_by_images_shows_where_the_labels_fall(builds):
     result = run_cli(
         "train", "data",

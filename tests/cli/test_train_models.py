@@ -37,6 +37,19 @@ def test_prefixlm_smoke_trains_prints_and_checkpoints(sample_build, tmp_path):  
     assert weights["token_embedding.weight"].shape == (1000, 64)
 
 
+def test_prefixlm_packs_its_streams_to_the_lengths_given(sample_build):  # noqa: F811
+    result = run_cli(
+        "train", "prefixlm", "--data", sample_build, "--smoke", "--lr", "3e-3",
+        "--encoder-len", "96", "--decoder-len", "32",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "= 2 rows, 256 tokens (encoder 96 + decoder 32, packed)" in result.stdout
+    losses = [
+        float(line.split()[3]) for line in result.stdout.splitlines() if line.startswith("step ")
+    ]
+    assert len(losses) == 4 and losses[-1] < losses[0]
+
+
 def test_a_tokens_per_image_mismatch_exits_2_with_one_line_before_any_step(
     sample_build,  # noqa: F811
 ):

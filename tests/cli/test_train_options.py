@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from cli.train import MODEL_SETS, PREVIEW_DEFAULTS, train
+from cli.train import MODEL_SETS, PREFIXLM_ONLY, PREVIEW_DEFAULTS, train
 from trainer.config import (
     SMOKE_LM,
     SMOKE_VISION,
@@ -31,7 +31,12 @@ TRAINING = [(TrainConfig, ()), (OptimConfig, ()), (DataConfig, MODEL_SETS)]
 COMMANDS = {
     "data": ([(DataConfig, ())], {"batches", "mix_samples"}, PREVIEW_DEFAULTS),
     "prefixlm": ([(PrefixLMConfig, ())] + TRAINING, {"smoke"}, {}),
-    "vila": ([(VilaConfig, ())] + TRAINING, {"smoke"}, {}),
+    # PrefixLM's packed streams are no flag of VILA's
+    "vila": (
+        [(VilaConfig, ()), *TRAINING[:2], (DataConfig, MODEL_SETS + PREFIXLM_ONLY)],
+        {"smoke"},
+        {},
+    ),
 }
 
 

@@ -39,7 +39,12 @@ def top_level_stages(corpus: str, **overrides) -> list[str]:
 def test_a_text_corpus_runs_no_image_stage():
     stages = top_level_stages("c4")
     assert IMAGE_STAGES.isdisjoint(stages)
-    assert stages.index("Read") < stages.index("Spread") < stages.index("Tokenize")
+    # tokenized, packed and counted where each batch is: no document stashed (issue 29)
+    assert stages.index("Read") < stages.index("Spread") < stages.index("PackText")
+    assert not {"Tokenize", "PackSequences"} & set(stages)
+    # with --pack-groups the groups hash each tokenized document's key: the stashed path
+    grouped = top_level_stages("c4", pack_groups=3)
+    assert grouped.index("Spread") < grouped.index("Tokenize") < grouped.index("PackSequences")
 
 
 def test_records_are_spread_after_the_metadata_filter_and_before_selection_and_fetch():

@@ -280,3 +280,60 @@ def test_sigterm_cleans_up_as_ctrl_c_does_and_exits_143(tmp_path, image_server, 
     assert [p.name for p in temporary.iterdir() if p.name.startswith("beam")] == []
     # what was complete stays, and the same command finishes the build
     assert run_cli(*args).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_text_build_killed_partway_resumes_to_the_same_bytes(tmp_path, tokenizer_path):
+    """A text build packs where it tokenizes (pipelines/packing.py, PackText):
+    killed once its first shards are complete, the same command finishes the
+    rest and writes the uninterrupted build's bytes and statistics."""
+    from tests import fixtures
+
+    inputs = tmp_path / "input"
+    inputs.mkdir()
+    lines = [
+        json.dumps(
+            {
+                "text": " ".join(
+                    fixtures.SENTENCES[(i + j) % len(fixtures.SENTENCES)] for j in range(i % 5 + 1)
+                ),
+                "timestamp": "2019-04-25T00:00:00Z",
+                "url": f"https://example.org/c4/{i}",
+            }
+        ).encode("utf-8")
+        for i in range(300)
+    ]
+    fixtures.write_c4_json_gz(str(inputs), lines)
+
+    def args(output: str) -> list[str]:
+        return [
+            "build", "c4", "--input", str(inputs), "--output", output,
+            "--tokenizer", tokenizer_path, "--seq-len", "64", "--tokens-per-image", "4",
+            "--samples-per-shard", "1",
+            "--workers", "1", "--progress-every", "0",
+        ]  # fmt: skip
+
+    reference = str(tmp_path / "reference")
+    done = run_cli(*args(reference))
+    assert done.returncode == 0, done.stderr
+    expected = _shards(reference)
+    assert len(expected) > 20
+
+    output = str(tmp_path / "out")
+    for _attempt in range(3):  # the kill must land while some, not all, shards are written
+        killed = _kill_partway(args(output), output)
+        complete = {os.path.basename(p)[: -len(".json")] for p in _markers(output)}
+        if killed.returncode == -signal.SIGKILL and 0 < len(complete) < len(expected):
+            break
+        shutil.rmtree(output)
+    assert 0 < len(complete) < len(expected), "could not interrupt the build while it wrote shards"
+    resumed = run_cli(*args(output))
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"Resumed: {len(complete)} shard(s) were already complete" in resumed.stdout
+    assert _shards(output) == expected
+    assert load_manifest(output)["funnel"] == load_manifest(reference)["funnel"]
+    with open(os.path.join(output, "stats.json"), "rb") as got:
+        with open(os.path.join(reference, "stats.json"), "rb") as want:
+            assert got.read() == want.read()
+    assert not os.path.exists(os.path.join(output, ".corpora", "sequences"))

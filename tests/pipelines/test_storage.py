@@ -10,13 +10,14 @@ import json
 import boto3
 import fsspec
 import pytest
+from google.auth.credentials import AnonymousCredentials
 
 from corpora.config.settings import corpus_settings
 from corpora.lock.output import Holder
 from pipelines import storage
 from pipelines.launch import execute
 from pipelines.runners import RunnerSettings
-from tests.beam_services import s3_server
+from tests.beam_services import gcs_server, s3_server
 from tests.generated import mmc4_documents, write_mmc4
 from tests.helpers import read_tar, run_cli
 
@@ -277,3 +278,53 @@ def test_s3_options_reach_botocore_through_the_environment():
         "AWS_DEFAULT_REGION": "value-3",
         "AWS_ENDPOINT_URL_S3": "value-4",
     }
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_store_in_a_gcs_bucket_serves_a_rebuild_with_another_seq_len_without_a_request(
+    tmp_path, image_server, tokenizer_path
+):
+    """The same on fake-gcs-server: the store of a gs:// output is written
+    there through gcsfs and a rebuild from it fetches nothing."""
+    from google.cloud import storage as gcs
+
+    docs = write_mmc4(
+        str(tmp_path / "docs.jsonl"), mmc4_documents(6, image_server.base, broken_every=4)
+    )
+    with gcs_server("corpus", str(tmp_path)) as environment:
+
+        def build(output: str, seq_len: str, *extra: str):
+            return run_cli(
+                "build", "mmc4-pairs", "--input", docs, "--output", output,
+                "--tokenizer", tokenizer_path, "--seq-len", seq_len, "--tokens-per-image", "4",
+                "--image-size", "32", "--samples-per-shard", "2", "--allow-private-urls",
+                "--workers", "2", "--progress-every", "0", *extra, env=environment,
+            )  # fmt: skip
+
+        first = build("gs://corpus/first", "64")
+        assert first.returncode == 0, first.stderr
+        fetched = [path for path in image_server.requests if path != "/robots.txt"]
+        assert fetched
+        image_server.requests.clear()
+        again = build("gs://corpus/again", "48", "--image-store", "gs://corpus/first/image-store")
+        assert again.returncode == 0, again.stderr
+        assert [path for path in image_server.requests if path != "/robots.txt"] == []
+
+        client = gcs.Client(
+            project="test",
+            client_options={"api_endpoint": environment["STORAGE_EMULATOR_HOST"]},
+            credentials=AnonymousCredentials(),
+        )
+        names = sorted(blob.name for blob in client.list_blobs("corpus"))
+        manifests = [
+            json.loads(client.bucket("corpus").blob(f"{name}/manifest.json").download_as_bytes())
+            for name in ("first", "again")
+        ]
+    assert "first/image-store/splits/docs.jsonl/complete.json" in names
+    assert not [name for name in names if ".tmp-" in name]
+    assert manifests[0]["settings"]["store"]["uri"] == "gs://corpus/first/image-store"
+    assert [m["totals"]["images"] for m in manifests] == [manifests[0]["totals"]["images"]] * 2
+    assert manifests[0]["totals"]["images"] > 0
+    assert manifests[1]["funnel"]["dropped"] == manifests[0]["funnel"]["dropped"]
+    assert manifests[1]["images_arrived"].get("fetched", 0) == 0, manifests[1]["images_arrived"]

@@ -5,6 +5,7 @@ every prefix holds its document's image slots, every array keeps its length)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -184,3 +185,58 @@ def test_batches_equal_their_rows_and_masks_equal_their_definition(rows, seed):
         s = seg[i]
         expected = (s[q] == s[k]) & (s[q] != 0) & (k <= q)
         assert np.array_equal(causal[i], expected)
+
+
+def test_packed_prefixlm_docstring_arrays():
+    (_, *a), (_, *b) = features.split_documents(IDS, SEG, [5, 2])
+    ((_, *c),) = features.split_documents(np.array([1, IMAGE, IMAGE, IMAGE, 31, 2]), [1] * 6, [4])
+    out = features.pack_prefixlm([[a, b], [c]], encoder_len=8, decoder_len=6, pad_id=PAD)
+    assert out["encoder_input_ids"].tolist() == [
+        [1, 1000, 1000, 1000, 17, 1, 25, 0],
+        [1, 1000, 1000, 1000, 0, 0, 0, 0],
+    ]
+    assert out["encoder_segment_ids"].tolist() == [[1, 1, 1, 1, 1, 2, 2, 0], [1, 1, 1, 1] + [0] * 4]
+    assert out["encoder_positions"].tolist() == [[0, 1, 2, 3, 4, 0, 1, 0], [0, 1, 2, 3] + [0] * 4]
+    assert out["decoder_input_ids"].tolist() == [[0, 18, 0, 26, 27, 0], [0, 31, 0, 0, 0, 0]]
+    assert out["decoder_target_ids"].tolist() == [[18, 2, 26, 27, 2, 0], [31, 2, 0, 0, 0, 0]]
+    assert out["decoder_segment_ids"].tolist() == [[1, 1, 2, 2, 2, 0], [1, 1, 0, 0, 0, 0]]
+    assert out["decoder_positions"].tolist() == [[0, 1, 0, 1, 2, 0], [0, 1, 0, 0, 0, 0]]
+    assert out["decoder_loss_weights"].tolist() == [[1.0] * 5 + [0.0], [1.0] * 2 + [0.0] * 4]
+    assert out["decoder_loss_weights"].dtype == np.float32
+    assert all(out[k].dtype == np.int64 for k in out if k != "decoder_loss_weights")
+    assert features.packable_bounds(IDS, SEG, IMAGE, 5, 3) == [(4, 5), (2, 4)]
+    assert features.packable_bounds(IDS, SEG, IMAGE, 3, 3) == [None, (2, 3)]
+    with pytest.raises(ValueError, match="do not fit"):  # 7 prefix tokens into 6
+        features.pack_prefixlm([[a, b]], encoder_len=6, decoder_len=6, pad_id=PAD)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    row=packed(),
+    seed=st.integers(0, 2**32 - 1),
+    lengths=st.tuples(st.integers(1, 48), st.integers(1, 48)),
+)
+def test_a_row_packed_alone_is_the_unpacked_layout_and_packable_cuts_fit(row, seed, lengths):
+    ids, seg = row
+    runs = features.document_runs(seg)
+    renumbered = np.zeros_like(seg)  # pack_prefixlm numbers a row's documents 1, 2, ...
+    for number, (_, a, b) in enumerate(runs, 1):
+        renumbered[a:b] = number
+    prefixes = features.sample_prefix_lengths(ids, seg, IMAGE, np.random.default_rng(seed))
+    halves = [(p, r) for _, p, r in features.split_documents(ids, seg, prefixes)]
+    packed = features.pack_prefixlm([halves], len(ids), len(ids), PAD)
+    unpacked = features.prefixlm_features(ids, renumbered, IMAGE, PAD, prefix_lengths=prefixes)
+    assert all(np.array_equal(packed[k][0], unpacked[k]) for k in unpacked)
+    encoder_len, decoder_len = lengths
+    rng = np.random.default_rng(seed)
+    for (_, a, b), bounds, (low, high) in zip(
+        runs,
+        features.packable_bounds(ids, seg, IMAGE, encoder_len, decoder_len),
+        features.prefix_bounds(ids, seg, IMAGE),
+    ):
+        fits = [p for p in range(low, high + 1) if p <= encoder_len and b - a - p <= decoder_len]
+        assert bounds == ((fits[0], fits[-1]) if fits else None)  # exactly the cuts that fit
+        if bounds is not None:
+            prefix = int(rng.integers(bounds[0], bounds[1] + 1))
+            ((_, p, r),) = features.split_documents(ids[a:b], np.ones(b - a, int), [prefix])
+            features.pack_prefixlm([[(p, r)]], encoder_len, decoder_len, PAD)  # fits

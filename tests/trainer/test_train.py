@@ -39,10 +39,10 @@ class Loaders:
     process; it keeps the loaders it made, and ``crash_after`` batches makes the stream fail,
     as a dead node would."""
 
-    def __init__(self, build: str, crash_after: int | None = None):
+    def __init__(self, build: str, crash_after: int | None = None, **settings):
         self.made: list = []
         self.crash_after = crash_after
-        self.make = data_loaders(data_config([build], num_workers=0, shuffle_buffer=8))
+        self.make = data_loaders(data_config([build], num_workers=0, shuffle_buffer=8, **settings))
 
     def __call__(self, **options):
         loader = self.make(**options)
@@ -69,6 +69,20 @@ def test_tiny_prefixlm_trains_on_a_build_and_its_loss_falls(sample_build):
     assert len(result.losses) == 30 and result.steps == 30
     assert math.isclose(result.losses[0], math.log(1000), rel_tol=0.05)  # uniform over 1000
     assert sum(result.losses[-5:]) / 5 < 0.75 * result.losses[0]
+
+
+def test_tiny_prefixlm_trains_on_rows_packed_to_encoder_and_decoder_lengths(sample_build):
+    """The bundled sample, cut for PrefixLM, holds about 3 prefix tokens to 1 target token
+    (images are all prefix): encoder rows of 96 and decoder rows of 32 (18 % and 24 %
+    padding)."""
+    loaders = Loaders(sample_build, encoder_len=96, decoder_len=32)
+    config = train_config(steps=30, batch_size=4, optim=prefixlm_optim(lr=3e-3), log_every=1)
+    printed = io.StringIO()
+    result = run(prefixlm_config("tiny"), config, loaders, stream=printed)
+    assert "4 rows, 512 tokens (encoder 96 + decoder 32, packed)" in printed.getvalue()
+    assert math.isclose(result.losses[0], math.log(1000), rel_tol=0.05)
+    assert sum(result.losses[-5:]) / 5 < 0.75 * result.losses[0]
+    assert loaders.made[0].config.packed
 
 
 def vila_run(build, tiny_lm, tiny_vision, stage, steps=20, **changes):
@@ -376,3 +390,32 @@ def test_a_distributed_checkpoint_of_two_processes_resumes_on_one_and_on_two(
     assert one.losses == pytest.approx(again[0]["losses"], rel=1e-6)
     for name, value in again[0]["weights"].items():
         torch.testing.assert_close(one.model.state_dict()[name], value, rtol=0, atol=1e-5)
+
+
+def test_a_distributed_checkpoint_resumes_the_loader_on_one_process(sample_build, tmp_path):
+    """The real loader, saved by two processes (DDP, a Distributed Checkpoint), resumes on
+    one: its streams start the next pass of the build and its counters go on."""
+    output = tmp_path / "run"
+    (tmp_path / "two").mkdir()
+    spec = {"model": "prefixlm", "build": sample_build, "strategy": "ddp", "steps": 2}
+    torchrun({**spec, "output": str(output), "checkpoint_every": 2}, tmp_path / "two")
+    saved = checkpoint.latest(str(output))
+    assert saved.endswith("step-00000002") and os.listdir(os.path.join(saved, "dcp"))
+    loaders = Loaders(sample_build)
+    config = train_config(
+        steps=4,
+        batch_size=2,
+        optim=prefixlm_optim(lr=3e-3),
+        log_every=1,
+        output=str(output),
+        resume=True,
+    )
+    printed = io.StringIO()
+    result = run(prefixlm_config("tiny"), config, loaders, stream=printed)
+    assert f"resumed from {saved} at step 2" in printed.getvalue()
+    assert result.first_step == 2 and len(result.losses) == 2
+    assert all(math.isfinite(loss) for loss in result.losses)
+    (loader,) = loaders.made
+    assert loader.counters["batches"] == 2 * 2 + 2  # the two ranks' batches, then its own
+    (worker,) = loader.state_dict()["worker_states"]
+    assert worker["blend"]["streams"][0]["pass"] >= 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, BinaryIO, Iterator
 
+from corpora.config.bundled_sample import materialize_sample
 from corpora.config.spec import (
     CLIP_DOCUMENTS,
     CLIP_PAIRS,
@@ -122,8 +123,6 @@ def reordered(doc: Document, settings: BuildSettings) -> Document | Drop:
 
 def bundled_sample(directory: str) -> str:
     """The sample MMC4 documents bundled with the package (their images too)."""
-    from corpora.config.bundled_sample import materialize_sample
-
     return materialize_sample(directory)
 
 

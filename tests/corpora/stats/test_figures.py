@@ -377,3 +377,27 @@ def test_images_kept_with_their_text_and_short_pieces_dropped_are_counted():
     assert packing["images_with_text_fraction"] == 3 / 4
     assert packing["pieces_ending_in_image"] == 1
     assert packing["short_pieces_dropped"] == {"pieces": 1, "tokens": 3}
+
+
+def test_a_packed_group_s_values_are_those_of_its_laid_out_sequences():
+    from corpora.tokens import pack_groups
+    from tests.corpora.tokens.test_pack import BOS, EOS, IMAGE, make_doc
+
+    ids = TokenIds(image_token_id=IMAGE, bos_id=BOS, eos_id=EOS, tokens_per_image=3)
+    rng = np.random.default_rng(11)
+    docs = [
+        make_doc(f"d{i}", [("text", int(rng.integers(1, 40))) for _ in range(2)]) for i in range(40)
+    ]
+    group = pack_groups.pack_group(docs, seq_len=32)
+    sequences = list(pack_groups.group_sequences(group, 0, group.sequences, 32, pad_id=0))
+    expected = [sequence_values(s.input_ids, s.segment_ids, s.documents, ids) for s in sequences]
+    args = (group.tokens, group.lengths, group.counts, group.entries, 32)
+    assert list(stats.packed_values(*args, ids)) == expected
+    # an id that is also the image token (a reserved piece): counted from the laid-out sequence
+    tokens = group.tokens.copy()
+    tokens[5:8] = IMAGE
+    args = (tokens, group.lengths, group.counts, group.entries, 32)
+    seq = [s.input_ids.copy() for s in sequences]
+    seq[0][5:8] = IMAGE
+    expected = [sequence_values(i, s.segment_ids, s.documents, ids) for i, s in zip(seq, sequences)]
+    assert list(stats.packed_values(*args, ids)) == expected

@@ -4,6 +4,7 @@ stable groups, and the same sequences as the in-memory packer."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -84,3 +85,74 @@ def test_one_group_planned_cut_and_assembled_is_the_in_memory_packer(chunk_lists
         for name in ("input_ids", "segment_ids", "positions"):
             np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
         assert got.images == want.images and got.documents == want.documents
+
+
+def _random_docs(seed: int, count: int) -> list[TokenizedDocument]:
+    rng = np.random.default_rng(seed)
+    docs = []
+    for i in range(count):
+        chunks = [("text", int(rng.integers(1, 30))) for _ in range(int(rng.integers(1, 4)))]
+        docs.append(make_doc(f"doc{i:03d}", chunks))
+    return docs
+
+
+def test_a_packed_group_lays_out_the_sequences_the_core_packer_makes():
+    docs = _random_docs(5, 60)  # some longer than seq_len: split into pieces
+    empty = TokenizedDocument("E", "c", np.zeros(0, np.int32), (), (), {"id": "E"})
+    group = pack_groups.pack_group(docs[::-1] + [empty], seq_len=32)
+    assert (group.kept, [(d.reason, d.record_id) for d in group.dropped]) == (
+        60,
+        [("empty_document", "E")],
+    )
+    keyed = sorted(docs, key=pack.doc_key)
+    expected = list(pack.pack(keyed, seq_len=32, pad_id=7))
+    assert group.sequences == len(expected) and any(len(s.documents) > 1 for s in expected)
+    assert any(d["split"] for s in expected for d in s.documents)
+    for first, count in [(0, group.sequences), (0, 1), (3, 5), (group.sequences - 1, 1)]:
+        got = list(pack_groups.group_sequences(group, first, count, seq_len=32, pad_id=7))
+        for a, b in zip(got, expected[first : first + count], strict=True):
+            for name in ("input_ids", "segment_ids", "positions"):
+                np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+                assert getattr(a, name).dtype == np.int32
+            assert (a.documents, a.images) == (b.documents, b.images)
+
+
+def test_a_group_s_order_depends_on_its_documents_only():
+    docs = _random_docs(6, 20)
+    a = pack_groups.pack_group(docs, seq_len=32)
+    assert pack_groups.pack_group(docs[::-1], seq_len=32).order == a.order
+    assert pack_groups.pack_group(docs[1:], seq_len=32).order != a.order
+    unpacked = pack_groups.pack_group(docs, seq_len=32, packed=False)
+    assert set(unpacked.counts.tolist()) == {1}
+
+
+def test_a_group_with_images_is_refused():
+    with pytest.raises(pack.PackingError, match="not a text group"):
+        pack_groups.pack_group([make_doc("img", [("image", 0), ("text", 3)])], seq_len=32)
+
+
+def test_text_groups_of_c4_like_documents_fill_99_percent_of_the_tokens():
+    """A text build's packing groups are its reader's batches (16, 32, … up to
+    2,048 documents): each ends in about one partly filled sequence, and C4's
+    lengths (log-normal around 260 tokens) still fill at least 99 % of 2048."""
+    from corpora.tokens.tokenizer import Span
+
+    rng = np.random.default_rng(29)
+    lengths = np.maximum(8, rng.lognormal(np.log(260), 0.95, 20_000)).astype(int).tolist()
+    docs = []
+    for i, length in enumerate(lengths):
+        spans = (Span("bos", 0, 1), Span("text", 1, length - 1), Span("eos", length - 1, length))
+        ids = np.full(length, 7, np.int32)
+        docs.append(TokenizedDocument(f"d{i}", "c4", ids, spans, (), {"id": f"d{i}"}))
+    sizes, size = [], pack_groups.TEXT_GROUP_SIZES[0]
+    while sum(sizes) < len(docs):
+        sizes.append(size)
+        size = min(2 * size, pack_groups.TEXT_GROUP_SIZES[1])
+    used = total = start = 0
+    for size in sizes:
+        group = pack_groups.pack_group(docs[start : start + size], seq_len=2048)
+        used += int(group.lengths.sum())
+        total += group.sequences * 2048
+        start += size
+    assert used == sum(lengths)  # nothing lost: every document whole or in pieces
+    assert used / total >= 0.99

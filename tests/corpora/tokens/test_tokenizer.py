@@ -12,6 +12,7 @@ from corpora.tokens.tokenizer import (
     SpecialIdError,
     Tokenizer,
     check_special_ids,
+    tokenize_batch,
     tokenize_document,
 )
 
@@ -140,3 +141,26 @@ def test_ids_must_be_non_negative_int32():
 def test_a_model_without_bos_or_eos_has_nothing_to_collide_with():
     model = ModelIds(vocab_size=10, unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1)
     assert check_special_ids(model, pad_id=9) == (10, 9)
+
+
+def test_a_batch_tokenizes_to_what_each_document_tokenizes_to(tokenizer_path):
+    tokenizer = Tokenizer(tokenizer_path, tokens_per_image=3)
+    docs = [
+        Document("a", "c4", (TextChunk("The cat sleeps."),), source_url="http://a/"),
+        Document("b", "mmc4", (ImageChunk("http://x/1.jpg", data=b"j"), TextChunk("A dog."))),
+        Document("c", "mmc4", (TextChunk(""), ImageChunk("http://x/2.jpg"), TextChunk(" "))),
+        Document("d", "c4", (TextChunk("One."), TextChunk("Two."), TextChunk("Three."))),
+    ]
+    batch = tokenize_batch(docs, tokenizer)
+    for got, doc in zip(batch, docs, strict=True):
+        one = tokenize_document(doc, tokenizer)
+        np.testing.assert_array_equal(got.input_ids, one.input_ids)
+        assert got.input_ids.dtype == np.int32
+        assert (got.id, got.spans, got.images, got.provenance) == (
+            one.id,
+            one.spans,
+            one.images,
+            one.provenance,
+        )
+    assert tokenize_batch([], tokenizer) == []
+    assert tokenizer.encode_batch(["A dog.", ""]) == [tokenizer.encode("A dog."), []]

@@ -1,11 +1,14 @@
 """PrefixLM: the stem's patch count, attention confined to documents, the loss."""
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 from tests.trainer.contract import IMAGE, prefixlm_batch
+from trainer.batch import stack_images
 from trainer.config import ConfigError, prefixlm_config
+from trainer.features import pack_prefixlm
 from trainer.models.prefixlm import ConvStem, PrefixLM
 
 VOCAB, SEQ_LEN, IMAGE_ID = 40, 64, 40
@@ -141,3 +144,60 @@ def test_gradients_reach_the_stem_through_the_image_slots():
     model(batch([[DOC_A]], [[2]])).backward()
     assert model.stem.body[0].weight.grad.abs().sum() > 0
     assert model.token_embedding.weight.grad.abs().sum() > 0
+
+
+def packed_batch(rows, encoder_len, decoder_len):
+    """``rows``: per row, ``(prefix ids, target ids, images)`` of each document."""
+    arrays = pack_prefixlm(
+        [[(prefix, target) for prefix, target, _ in row] for row in rows],
+        encoder_len,
+        decoder_len,
+        pad_id=0,
+    )
+    images, mask = stack_images(
+        [[image for _, _, images in row for image in images] for row in rows],
+        max_images=max(1, encoder_len // 16),
+        image_size=(64, 64),
+    )
+    return {
+        name: torch.from_numpy(a)
+        for name, a in {**arrays, "images": images, "image_mask": mask}.items()
+    }
+
+
+@pytest.mark.parametrize("attention", ["varlen", "dense"])
+def test_a_packed_batch_gives_each_documents_logits_and_loss_as_it_alone_would(attention):
+    """Encoder and decoder rows at their own lengths, documents of several samples in a row:
+    each document's logits and loss are those it gives in a batch of its own, in fp32."""
+    model = tiny(attention=attention)
+    rng = np.random.default_rng(0)
+
+    def document(images, prefix_text, target):
+        pixels = [rng.integers(0, 256, (64, 64, 3), dtype=np.uint8) for _ in range(images)]
+        prefix = [1] + [IMAGE_ID] * 16 * images + rng.integers(3, VOCAB, prefix_text).tolist()
+        return np.array(prefix), rng.integers(3, VOCAB, target), pixels
+
+    docs = [document(1, 2, 5), document(0, 7, 3), document(2, 0, 4), document(0, 1, 9)]
+    docs += [document(1, 5, 6), document(0, 3, 2)]
+    rows = [docs[:2], docs[2:3], docs[3:]]  # 20 + 8, 33, 2 + 23 + 4 encoder tokens
+    packed = packed_batch(rows, encoder_len=40, decoder_len=20)
+    assert packed["encoder_input_ids"].shape == (3, 40) and packed["decoder_target_ids"].shape == (
+        3,
+        20,
+    )
+    with torch.no_grad():
+        logits = model.logits(packed)
+        losses = []
+        for row_index, row in enumerate(rows):
+            start = 0
+            for doc in row:
+                prefix, target, _ = doc
+                alone = packed_batch([[doc]], len(prefix), len(target))
+                own = model.logits(alone)[0]
+                torch.testing.assert_close(
+                    logits[row_index, start : start + len(target)], own, rtol=0, atol=1e-5
+                )
+                losses.append(model(alone))
+                start += len(target)
+        torch.testing.assert_close(model(packed), torch.stack(losses).sum(), rtol=0, atol=1e-5)
+    assert int(packed["decoder_loss_weights"].sum()) == sum(len(t) for _, t, _ in docs)
