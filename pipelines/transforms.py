@@ -20,6 +20,7 @@ from apache_beam.metrics import Metrics
 from corpora import fetch
 from corpora.config.settings import BuildSettings
 from corpora.config.spec import CorpusSpec
+from corpora.dedup.images import hashing_fetch
 from corpora.fetch.progress import FetchProgress
 from corpora.record import Document, Drop
 from corpora.stats.progress import Tally
@@ -424,7 +425,8 @@ def fetch_step(stage, batches, build):
     failures and arrivals are ``build.outputs["images"|"failures"|"arrived"]``."""
     settings = build.settings
     fetched = batches | "Fetch" >> beam.ParDo(
-        FetchImages(build.spec, settings.fetch, settings.store, build.progress)
+        # with a perceptual hash of each image when a dedup rule needs one (corpora.dedup)
+        FetchImages(build.spec, hashing_fetch(settings), settings.store, build.progress)
     ).with_outputs(DROPPED, IMAGES, FAILURES, ARRIVED, SPLITS, main="docs")
     _ = fetched[SPLITS] | "StoreMarkers" >> MarkComplete(settings.store)
     build.dropped(stage.name, fetched[DROPPED])

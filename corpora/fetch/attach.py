@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 from typing import Mapping
 
+from corpora.dedup.images import PHASH, SOURCE_SHA256
 from corpora.fetch.settings import ImageOutcome
 from corpora.record import Document, Drop, ImageChunk
 from corpora.store.keys import split_name
@@ -77,6 +78,9 @@ def attach_images(
                     **chunk.meta,
                     "original_width": outcome.original_width,
                     "original_height": outcome.original_height,
+                    # the perceptual hash, for the near-duplicate rules (never in a shard)
+                    **({PHASH: outcome.phash} if outcome.phash is not None else {}),
+                    **({SOURCE_SHA256: outcome.source_sha256} if outcome.source_sha256 else {}),
                 },
             )
         )

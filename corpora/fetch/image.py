@@ -18,9 +18,12 @@ byte-equal.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import threading
 import warnings
 
+from corpora.dedup.phash import phash_of_pixels
 from corpora.fetch.jpeg_draft import (
     LONGER_SIDE_MODES,
     SHORTER_SIDE_MODES,
@@ -179,9 +182,14 @@ def process_image(
     ('empty_body', 'not_image')
     """
     try:
-        return _process_image(data, settings, reduced_decode)
+        outcome = _process_image(data, settings, reduced_decode)
     except Exception as exc:  # a corrupt header field (EXIF, ICC …) Pillow trips over
         return ImageOutcome(reason="decode_error", detail=f"{type(exc).__name__}: {exc}")
+    if not outcome.ok:
+        return outcome
+    # the body's own sha256: the exact-duplicate rule's key (two encodings of one
+    # photo may resize to the same bytes; they are near duplicates, not copies)
+    return dataclasses.replace(outcome, source_sha256=hashlib.sha256(data).hexdigest())
 
 
 def _refused(reason: str, width: int, height: int) -> ImageOutcome:
@@ -263,7 +271,12 @@ def _resized_jpeg(
         return _resized(pixels, settings)
     jpeg, out_w, out_h = resize_for(settings)(pixels, scale, width, height)
     return ImageOutcome(
-        data=jpeg, width=out_w, height=out_h, original_width=width, original_height=height
+        data=jpeg,
+        width=out_w,
+        height=out_h,
+        original_width=width,
+        original_height=height,
+        phash=phash_of_pixels(pixels) if settings.perceptual_hash else None,
     )
 
 
@@ -286,4 +299,5 @@ def _resized(pixels, settings: FetchSettings) -> ImageOutcome:
         height=out_h,
         original_width=pixels.shape[1],
         original_height=pixels.shape[0],
+        phash=phash_of_pixels(pixels) if settings.perceptual_hash else None,
     )

@@ -133,6 +133,8 @@ class FetchSettings:
     retry_failures: str | None = None
     retry_reasons: tuple[str, ...] = ()  # …only the URLs that failed for these reasons (empty: all)
     progress_interval: float = 10.0  # seconds between progress lines on stderr; 0: none
+    # a perceptual hash of each image's decoded pixels (--dedup-images near, --decontaminate)
+    perceptual_hash: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "user_agent", honest_agent(self.user_agent, self.contact))
@@ -189,6 +191,8 @@ class ImageOutcome:
     status: int | None = None
     attempts: int = 0
     detail: str = ""
+    phash: int | None = None  # with FetchSettings.perceptual_hash (corpora.dedup.phash)
+    source_sha256: str = ""  # of the body decoded (an image's), for the exact-duplicate rule
 
     @property
     def ok(self) -> bool:

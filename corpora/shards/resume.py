@@ -28,7 +28,9 @@ SHARD_MARKERS = f"{STATE_DIR}/shards"
 # is materialised into a new temporary directory on every run; the image store
 # and an img2dataset download are where images are found (corpora.store.settings).
 _NOT_SHAPING = ("output", "store")
-_FETCH_NOT_SHAPING = ("progress_interval",)  # how often a worker reports, not what it fetches
+# how often a worker reports, not what it fetches; whether it hashes follows from the
+# dedup options, which are recorded themselves
+_FETCH_NOT_SHAPING = ("progress_interval", "perceptual_hash")
 
 
 class SettingsChanged(ValueError):

@@ -14,7 +14,8 @@ import them too.
 
 >>> [stage.name for stage in STAGES]  # doctest: +NORMALIZE_WHITESPACE
 ['read', 'filter', 'spread', 'select', 'decontaminate_text', 'exclude_seen', 'dedup_text',
- 'fetch', 'exclude_seen_images', 'clip', 'layout', 'dedup_index', 'pack']
+ 'duplicate_image_urls', 'fetch', 'exclude_seen_images', 'duplicate_images',
+ 'near_duplicate_images', 'clip', 'layout', 'dedup_index', 'pack']
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ import os
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from corpora.config.spec import Option
+from corpora.dedup.images import (
+    DUPLICATE_IMAGE,
+    IMAGE_REPEATED,
+    NEAR_DUPLICATE_IMAGE,
+    image_dedup,
+)
+from corpora.dedup.images import OPTIONS as IMAGE_DEDUP_OPTIONS
 from corpora.dedup.index import EXCLUDE_SEEN, SEEN_IN_BLEND, seen_builds
 from corpora.dedup.sources import DECONTAMINATE, EVAL_CONTAMINATION, text_paths
 from corpora.dedup.text import DEDUP_TEXT, DUPLICATE_TEXT, NEAR_DUPLICATE_TEXT
@@ -84,6 +92,14 @@ STAGES = (
         applies=lambda spec, settings: settings.stage_options.get(DEDUP_TEXT.name, "off") != "off",
     ),
     Stage(
+        "duplicate_image_urls",
+        "one record per image URL, and none past --max-image-repeats, before any download "
+        "(with --dedup-images near or --max-image-repeats)",
+        beam="pipelines.dedup_images:image_urls_step",
+        reasons=(DUPLICATE_IMAGE, IMAGE_REPEATED),
+        applies=lambda spec, settings: spec.images and image_dedup(settings).urls_first,
+    ),
+    Stage(
         FETCH,
         "download, check, resize and keep each image (through the image store)",
         beam="pipelines.transforms:fetch_step",
@@ -95,6 +111,22 @@ STAGES = (
         beam="pipelines.dedup_text:exclude_seen_step",
         reasons=(SEEN_IN_BLEND,),
         applies=lambda spec, settings: spec.images and bool(seen_builds(settings)),
+    ),
+    Stage(
+        "duplicate_images",
+        "one copy of each image body (sha256) and none past --max-image-repeats",
+        beam="pipelines.dedup_images:image_bytes_step",
+        options=IMAGE_DEDUP_OPTIONS,
+        reasons=(DUPLICATE_IMAGE, IMAGE_REPEATED),
+        applies=lambda spec, settings: spec.images and image_dedup(settings).bytes_after,
+    ),
+    Stage(
+        "near_duplicate_images",
+        "perceptual near duplicates (--dedup-images near) and evaluation images "
+        "(--decontaminate) by pHash, LSH buckets and connected components",
+        beam="pipelines.dedup_images:near_images_step",
+        reasons=(NEAR_DUPLICATE_IMAGE, EVAL_CONTAMINATION),  # --decontaminate: decontaminate_text's
+        applies=lambda spec, settings: spec.images and image_dedup(settings).hashes,
     ),
     Stage(
         "clip",

@@ -460,6 +460,57 @@ def funnel_section(
     return section
 
 
+# The image dedup stages (corpora/stages: pipelines/dedup_images.py's steps)
+IMAGE_DEDUP_STAGES = ("duplicate_image_urls", "duplicate_images", "near_duplicate_images")
+
+
+def dedup_section(manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What the image dedup stages removed, from their reports in the
+    manifest's ``stages``: images removed by rule, the most repeated images
+    (thumbnails where the stage had the bytes), the largest near-duplicate
+    clusters and the decontamination sources. None when no rule removed
+    anything and nothing was decontaminated (the stats of a build without
+    duplicates stay as they were).
+
+    >>> manifest = {"stages": [
+    ...     {"name": "duplicate_images", "report": {"removed": {"duplicate_image": 2},
+    ...      "most_repeated": [{"sha256": "ab", "documents": 3}]}},
+    ...     {"name": "near_duplicate_images", "report": {"removed": {}, "radius": 12,
+    ...      "clusters": 0, "largest_clusters": []}}]}
+    >>> section = dedup_section(manifest)
+    >>> section["removed"], section["most_repeated"]
+    ([{'stage': 'duplicate_images', 'reason': 'duplicate_image', 'count': 2}], [{'sha256': 'ab', 'documents': 3}])
+    >>> dedup_section({"stages": [{"name": "duplicate_images", "report": {"removed": {}}}]}) is None
+    True
+    """  # noqa: E501
+    reports = {
+        entry.get("name"): entry.get("report") or {}
+        for entry in manifest.get("stages") or ()
+        if isinstance(entry, Mapping) and entry.get("name") in IMAGE_DEDUP_STAGES
+    }
+    removed = [
+        {"stage": name, "reason": reason, "count": int(count)}
+        for name in IMAGE_DEDUP_STAGES
+        for reason, count in sorted((reports.get(name, {}).get("removed") or {}).items())
+        if count
+    ]
+    near = reports.get("near_duplicate_images", {})
+    sources = near.get("decontaminate") or []
+    if not removed and not sources:
+        return None
+    repeated = []
+    for name in IMAGE_DEDUP_STAGES[:2]:
+        repeated += reports.get(name, {}).get("most_repeated") or []
+    return {
+        "removed": removed,
+        "most_repeated": repeated,
+        "near_radius": near.get("radius"),
+        "clusters": near.get("clusters"),
+        "largest_clusters": near.get("largest_clusters") or [],
+        "decontaminate": sources,
+    }
+
+
 def fetch_drops(manifest: Mapping[str, Any]) -> collections.Counter:
     """Records the fetch stage dropped, by reason: pairs that lost their image.
 
@@ -552,7 +603,13 @@ def finalize(
         },
         "image_fetch": image_fetch_section(acc, manifest) if whole_build else None,
         "reference": {"source": VILA_SOURCE, "values": reference} if reference else None,
+        **_dedup_entry(manifest, whole_build),
     }
+
+
+def _dedup_entry(manifest: Mapping[str, Any], whole_build: bool) -> dict[str, Any]:
+    section = dedup_section(manifest) if whole_build else None
+    return {"dedup": section} if section is not None else {}
 
 
 # ── from finished shards ─────────────────────────────────────────────────────

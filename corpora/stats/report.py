@@ -50,6 +50,9 @@ svg.chart rect.kept { fill: #3f8f5a; }
                   box-shadow: 0 0 0 1px #bbc; }
 .special { color: #99a; font-size: .8em; font-family: monospace; }
 .pad { color: #99a; font-size: .85em; }
+.dedup img { vertical-align: middle; width: 64px; height: 64px; object-fit: cover;
+             margin: .2em; border-radius: 3px; box-shadow: 0 0 0 1px #bbc; }
+.cluster { margin: .4em 0; } .cluster .kept { box-shadow: 0 0 0 2px #3f8f5a; }
 """
 
 
@@ -244,6 +247,71 @@ def _dist_cells(dist: Mapping[str, Any] | None, digits: int = 1) -> str:
     )
 
 
+def _thumb(entry: Mapping[str, Any], css: str = "") -> str:
+    uri = entry.get("thumbnail")
+    if not isinstance(uri, str) or not uri.startswith("data:image/jpeg;base64,"):
+        return ""
+    title = entry.get("url") or entry.get("record_id") or ""
+    return f'<img class="{css}" alt="" title="{_esc(title)}" src="{_esc(uri)}">'
+
+
+def dedup_html(section: Mapping[str, Any] | None) -> str:
+    """The dedup section: images removed by each rule, the most repeated
+    images, the largest near-duplicate clusters side by side (the kept image
+    first, framed), and the decontamination sources with their sha256."""
+    if not section:
+        return ""
+    rows = "".join(
+        f"<tr><td>{_esc(r['reason'])}</td><td>{_esc(r['stage'])}</td>"
+        f'<td class="num">{format_number(r["count"])}</td></tr>'
+        for r in section["removed"]
+    )
+    parts = [
+        "<h2>Duplicates and evaluation images</h2>",
+        '<table id="dedup"><tr><th>rule</th><th>stage</th><th class="num">images removed</th>'
+        f"</tr>{rows}</table>",
+    ]
+    if section.get("most_repeated"):
+        items = "".join(
+            f"<figure>{_thumb(e)}<figcaption>{format_number(e['documents'])} documents"
+            f"</figcaption></figure>"
+            for e in section["most_repeated"]
+        )
+        parts.append(f'<h3>Most repeated images</h3><div class="charts dedup">{items}</div>')
+    if section.get("largest_clusters"):
+        clusters = "".join(
+            f'<div class="cluster">{format_number(c["size"])} images: '
+            + "".join(
+                _thumb(
+                    m,
+                    "kept"
+                    if (m["record_id"], m["position"])
+                    == (c["kept"]["record_id"], c["kept"]["position"])
+                    else "",
+                )
+                for m in c["members"]
+            )
+            + "</div>"
+            for c in section["largest_clusters"]
+        )
+        parts.append(
+            f"<h3>Near-duplicate clusters (radius {_esc(section.get('near_radius'))} bits, "
+            f"{format_number(section.get('clusters'))} clusters)</h3>"
+            f'<div class="dedup">{clusters}</div>'
+        )
+    if section.get("decontaminate"):
+        sources = "".join(
+            f'<tr><td>{_esc(s["path"])}</td><td class="num">{format_number(s["images"])}</td>'
+            f"<td><code>{_esc(s['sha256'])}</code></td></tr>"
+            for s in section["decontaminate"]
+        )
+        parts.append(
+            "<h3>Decontaminated against</h3><table><tr><th>source</th>"
+            f'<th class="num">images</th><th>sha256</th></tr>{sources}</table>'
+        )
+    return "\n".join(parts)
+
+
 def render_report(
     stats: Mapping[str, Any],
     manifest: Mapping[str, Any],
@@ -368,6 +436,7 @@ built {_esc(manifest.get("created", "?"))}</p>
 <h2>Image fetch</h2>
 <p>{format_share(fetch["success_rate"])} of {format_number(fetch["attempted"])} images fetched.</p>
 <figure id="fetch">{fetch_chart}</figure>
+{dedup_html(stats.get("dedup"))}
 
 <h2>Packed samples</h2>
 <p class="sub">Each image's thumbnail sits where its slot run is in the sequence.</p>

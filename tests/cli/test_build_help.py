@@ -26,6 +26,8 @@ SECTIONS = [
     "before any download",
     "Stage dedup_text: duplicate texts removed (exact or MinHash near duplicates); the "
     "smallest id kept",
+    "Stage duplicate_images: one copy of each image body (sha256) and none past "
+    "--max-image-repeats",
     "Runner (Beam)",
     "Other options",
 ]

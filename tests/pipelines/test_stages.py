@@ -72,7 +72,8 @@ def toy_stage(tmp_path, monkeypatch) -> dict[str, str]:
 def test_a_plugin_stage_runs_where_it_says(toy_stage):
     names = [stage.name for stage in stages.all_stages()]
     assert names == ["read", "filter", "regex", "spread", "select", "decontaminate_text",
-                     "exclude_seen", "dedup_text", "fetch", "exclude_seen_images", "clip",
+                     "exclude_seen", "dedup_text", "duplicate_image_urls", "fetch",
+                     "exclude_seen_images", "duplicate_images", "near_duplicate_images", "clip",
                      "layout", "dedup_index", "pack"]  # fmt: skip
     assert "drop_matching" in stages.options()
     settings = corpus_settings("mmc4-pairs", ("d.jsonl",), "out", drop_matching="x")
@@ -80,7 +81,7 @@ def test_a_plugin_stage_runs_where_it_says(toy_stage):
     from corpora.config import catalog
 
     active = [s.name for s in stages.active(catalog.get("mmc4-pairs"), settings)]
-    assert active == ["read", "regex", "spread", "fetch", "dedup_index", "pack"]
+    assert active == ["read", "regex", "spread", "fetch", "duplicate_images", "dedup_index", "pack"]
     without = corpus_settings("mmc4-pairs", ("d.jsonl",), "out")
     assert "regex" not in [s.name for s in stages.active(catalog.get("mmc4-pairs"), without)]
 

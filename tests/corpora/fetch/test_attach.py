@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import hashlib
+
 from corpora.fetch import ImageOutcome, attach_images, process_image, select_for_retry
 from corpora.record import Document, Drop, ImageChunk, TextChunk
 from tests.corpora.fetch.common import FAST
@@ -17,7 +19,8 @@ def test_attach_images_drops_a_pair_with_the_image_reason():
 
 def test_attach_images_keeps_an_interleaved_document_without_the_image():
     doc = Document("d", "mmc4", (ImageChunk("a"), TextChunk("t"), ImageChunk("b")))
-    jpeg = process_image(image_bytes(40, 40, "x"), FAST)
+    body = image_bytes(40, 40, "x")
+    jpeg = process_image(body, FAST)
     outcomes = {"a": ImageOutcome("a", reason="timeout"), "b": jpeg}
     out = attach_images(doc, outcomes, False)
     assert [c.kind for c in out.chunks] == ["text", "image"]
@@ -25,7 +28,12 @@ def test_attach_images_keeps_an_interleaved_document_without_the_image():
     assert (image.width, image.data, image.meta) == (
         32,
         jpeg.data,
-        {"original_width": 40, "original_height": 40},
+        # the body's sha256, for the exact-duplicate rule (corpora.dedup.images)
+        {
+            "original_width": 40,
+            "original_height": 40,
+            "source_sha256": hashlib.sha256(body).hexdigest(),
+        },
     )
     assert image.sha256 and out.meta["image_failures"] == [
         {"url": "a", "reason": "timeout", "status": None}

@@ -26,17 +26,28 @@ def test_each_corpus_runs_the_stages_that_apply_to_it():
         return _names(stages.active(catalog.get(corpus), settings))
 
     assert active("c4") == ["read", "spread", "dedup_index", "pack"]  # no image stage for text
-    assert active("mmc4") == ["read", "filter", "spread", "fetch", "layout", "dedup_index", "pack"]
-    assert active("mmc4-pairs") == ["read", "spread", "fetch", "dedup_index", "pack"]
+    # exact image dedup is on by default: by bytes, after the fetch
+    assert active("mmc4") == ["read", "filter", "spread", "fetch", "duplicate_images", "layout",
+                              "dedup_index", "pack"]  # fmt: skip
+    assert active("mmc4-pairs") == [
+        "read", "spread", "fetch", "duplicate_images", "dedup_index", "pack"]  # fmt: skip
     assert active("c4", dedup_text="near")[:3] == ["read", "spread", "dedup_text"]
     assert active("coyo", top_fraction=0.5)[:5] == ["read", "filter", "spread", "select", "fetch"]
     assert "select" not in active("coyo")
+    assert active("mmc4-pairs", dedup_images="off") == [
+        "read", "spread", "fetch", "dedup_index", "pack"]  # fmt: skip
+    assert active("mmc4-pairs", dedup_images="near") == [
+        "read", "spread", "duplicate_image_urls", "fetch", "duplicate_images",
+        "near_duplicate_images", "dedup_index", "pack"]  # fmt: skip
+    assert active("coyo", dedup_images="off", max_image_repeats=10)[2:6] == [
+        "spread", "duplicate_image_urls", "fetch", "duplicate_images"]  # fmt: skip
+    assert "near_duplicate_images" in active("coyo", decontaminate=(REPO,))
 
 
 def test_fetch_runs_the_prefix_of_the_list_through_the_fetch():
     assert _names(stages.through(stages.FETCH, stages.STAGES)) == [
         "read", "filter", "spread", "select", "decontaminate_text", "exclude_seen", "dedup_text",
-        "fetch"]  # fmt: skip
+        "duplicate_image_urls", "fetch"]  # fmt: skip
     with pytest.raises(StageError, match="no stage fetch among read, spread, pack"):
         stages.through(stages.FETCH, (stages.STAGES[0], stages.STAGES[2], stages.STAGES[-1]))
 

@@ -129,3 +129,54 @@ def test_the_summary_says_how_many_images_keep_their_text():
     assert re.findall(r">([^<]*)</td>", row.group(1))[0] == (
         "100.0% (0 pieces end in an image slot)"
     )
+
+
+def test_the_dedup_section_shows_each_rule_the_repeated_images_and_the_clusters():
+    from corpora.dedup.images import thumbnail
+
+    thumb = thumbnail(_jpeg(80, 60))
+    manifest = {
+        **MANIFEST,
+        "stages": [
+            {
+                "name": "duplicate_image_urls",
+                "report": {
+                    "removed": {"image_repeated": 11},
+                    "most_repeated": [{"url": "http://x/logo.png", "documents": 11}],
+                },
+            },
+            {"name": "duplicate_images", "report": {"removed": {"duplicate_image": 2}}},
+            {
+                "name": "near_duplicate_images",
+                "report": {
+                    "radius": 12,
+                    "removed": {"near_duplicate_image": 1, "eval_contamination": 1},
+                    "clusters": 1,
+                    "largest_clusters": [
+                        {
+                            "size": 2,
+                            "kept": {"record_id": "a", "position": 0},
+                            "members": [
+                                {"record_id": "a", "position": 0, "url": "u1", "thumbnail": thumb},
+                                {"record_id": "b", "position": 0, "url": "u2", "thumbnail": thumb},
+                            ],
+                        }
+                    ],
+                    "decontaminate": [
+                        {"path": "eval/", "kind": "images", "sha256": "f" * 64, "images": 3}
+                    ],
+                },
+            },
+        ],
+    }
+    section = stats.dedup_section(manifest)
+    assert [(r["stage"], r["reason"], r["count"]) for r in section["removed"]] == [
+        ("duplicate_image_urls", "image_repeated", 11),
+        ("duplicate_images", "duplicate_image", 2),
+        ("near_duplicate_images", "eval_contamination", 1),
+        ("near_duplicate_images", "near_duplicate_image", 1),
+    ]
+    page = report.dedup_html(section)
+    assert page.count('<img class="kept"') == 1 and page.count("<img ") == 2
+    assert "11 documents" in page and "f" * 64 in page and "radius 12 bits" in page
+    assert stats.dedup_section({**MANIFEST}) is None and report.dedup_html(None) == ""

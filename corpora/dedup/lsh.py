@@ -1,0 +1,121 @@
+"""Near hashes found without comparing every pair: bands and components.
+
+Banding (the pigeonhole principle): split the 64 bits into ``radius + 1``
+bands; two hashes at most ``radius`` bits apart differ in at most ``radius``
+bands, so at least one band is equal in both. A hash is filed under each of
+its bands (:func:`band_keys`); only hashes sharing a bucket are compared
+(:func:`near_pairs`), and a pair is reported from the first band it shares
+only (:func:`first_shared_band`), so it is found once whatever the buckets'
+order. Every pair within the radius is found: banding here loses nothing.
+
+The pairs are then joined into clusters by connected components; the member
+with the smallest key (record id, image position) is kept
+(:func:`components`, the pure reference the Beam steps of
+:mod:`pipelines.dedup_images` compute by a union-find combine).
+
+>>> bands(3)  # (shift, width) of each band of a 64-bit hash, radius 3: 4 bands of 16 bits
+((0, 16), (16, 16), (32, 16), (48, 16))
+>>> a, b = 0x0000_0000_0000_0000, 0x0001_0000_0100_0001  # 3 bits apart
+>>> first_shared_band(a, b, 3)  # bands 0, 1 and 3 differ; band 2 is equal
+2
+>>> near_pairs([("x", a), ("y", b), ("z", ~a & (1 << 64) - 1)], 3)
+[('x', 'y')]
+"""
+
+from __future__ import annotations
+
+from typing import Hashable, Iterable, Sequence
+
+from corpora.dedup.phash import PHASH_BITS
+
+
+def bands(radius: int, bits: int = PHASH_BITS) -> tuple[tuple[int, int], ...]:
+    """``radius + 1`` bands (shift, width) that cover ``bits``, as even as they go.
+
+    >>> bands(4)
+    ((0, 13), (13, 13), (26, 13), (39, 13), (52, 12))
+    """
+    count = radius + 1
+    if not 1 <= count <= bits:
+        raise ValueError(f"a radius must be in 0..{bits - 1}, got {radius}")
+    widths = [bits // count + (1 if i < bits % count else 0) for i in range(count)]
+    shifts = [sum(widths[:i]) for i in range(count)]
+    return tuple(zip(shifts, widths))
+
+
+def band_keys(value: int, radius: int) -> list[tuple[int, int]]:
+    """The buckets ``value`` is filed under: (band index, the band's bits).
+
+    >>> band_keys(0xFFFF_0000_0000_0001, 3)
+    [(0, 1), (1, 0), (2, 0), (3, 65535)]
+    """
+    return [
+        (index, (value >> shift) & ((1 << width) - 1))
+        for index, (shift, width) in enumerate(bands(radius))
+    ]
+
+
+def first_shared_band(a: int, b: int, radius: int) -> int | None:
+    """The first band in which ``a`` and ``b`` are equal, or None."""
+    for index, (shift, width) in enumerate(bands(radius)):
+        mask = ((1 << width) - 1) << shift
+        if a & mask == b & mask:
+            return index
+    return None
+
+
+def near_pairs(
+    members: Sequence[tuple[Hashable, int]], radius: int, band: int | None = None
+) -> list[tuple]:
+    """Pairs ``(key_a, key_b)``, ``key_a < key_b``, of ``members`` (key, hash)
+    at most ``radius`` bits apart. ``band``: the bucket's band, whose pairs are
+    reported only if it is the first band they share (each pair from one bucket).
+
+    Compared all at once with numpy (a bucket of n members costs n² XORs, in C).
+    """
+    import numpy as np
+
+    if len(members) < 2:
+        return []
+    members = sorted(members)
+    hashes = np.array([h for _, h in members], dtype=np.uint64)
+    pairs = []
+    for i in range(len(members) - 1):
+        distances = _popcount(hashes[i + 1 :] ^ hashes[i])
+        for j in np.flatnonzero(distances <= radius):
+            key_b, hash_b = members[i + 1 + int(j)]
+            key_a, hash_a = members[i]
+            if band is None or first_shared_band(hash_a, hash_b, radius) == band:
+                pairs.append((key_a, key_b))
+    return pairs
+
+
+def _popcount(values):
+    """Set bits of each uint64 (numpy 2's ``bitwise_count``, or by bytes before it)."""
+    import numpy as np
+
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(values)
+    return np.unpackbits(values.view(np.uint8)).reshape(-1, 64).sum(axis=1)
+
+
+def components(keys: Iterable[Hashable], pairs: Iterable[tuple]) -> dict:
+    """Each key's cluster, named by its smallest member (union-find: the
+    reference the Beam steps are checked against).
+
+    >>> components("abcde", [("b", "c"), ("c", "e")])
+    {'a': 'a', 'b': 'b', 'c': 'b', 'd': 'd', 'e': 'b'}
+    """
+    parent = {key: key for key in keys}
+
+    def root(key):
+        while parent[key] != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
+    for a, b in pairs:
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    return {key: root(key) for key in parent}

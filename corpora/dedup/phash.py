@@ -1,0 +1,105 @@
+"""A perceptual hash of an image: 64 bits that change little when a photo
+is re-encoded, resized or slightly cropped, and a lot between two photos.
+
+The hash is ``imagehash``'s pHash (the DCT of a 32 x 32 grey image, its 8 x 8
+lowest frequencies compared with their median), computed in the fetch stage
+on the pixels it has already decoded (:func:`phash_of_pixels`), so no image
+is decoded twice. Pixels are first shrunk to :data:`PRESHRINK` on a side
+(every n-th pixel down to at least twice that, then OpenCV's area
+filter): pHash looks at 32 x 32 anyway, and a grey conversion and filter over
+every pixel of a photo cost a tenth of its decode (measured: docs/dedup.md).
+
+Two hashes are near when their Hamming distance (:func:`hamming`) is at most
+the build's radius (``--near-dup-distance``, :data:`DEFAULT_DISTANCE`).
+
+>>> import numpy as np
+>>> noise = np.random.default_rng(0).integers(0, 256, (48, 64), dtype=np.uint8)
+>>> phash_hex(phash_of_pixels(noise))
+'8b0b24f6f04e91be'
+>>> hamming(phash_of_pixels(noise), phash_of_pixels(noise // 2 + 20))  # contrast halved: same
+0
+>>> hamming(phash_of_pixels(noise), phash_of_pixels(255 - noise))  # the negative: far
+62
+"""
+
+from __future__ import annotations
+
+PHASH_BITS = 64
+# Measured on the bundled sample's photos (tests/corpora/dedup/test_phash.py):
+# re-encoded at quality 60, halved and converted to PNG they stay within 4 bits,
+# cropped by 5 % within 12 (one texture, brick, at 22); two different photos
+# are 24 bits apart or more.
+DEFAULT_DISTANCE = 12
+PRESHRINK = 64
+
+
+def phash_of_pixels(pixels) -> int:
+    """The 64-bit pHash of OpenCV pixels (BGR, BGRA or one grey channel), as an int."""
+    import cv2
+    import imagehash
+    import numpy as np
+    from PIL import Image
+
+    height, width = pixels.shape[:2]
+    step = min(height, width) // (2 * PRESHRINK)
+    if step > 1:  # every step-th pixel first: the area filter then averages 2 x 2 or more
+        pixels = pixels[::step, ::step]
+    if pixels.ndim == 3:
+        code = cv2.COLOR_BGRA2GRAY if pixels.shape[2] == 4 else cv2.COLOR_BGR2GRAY
+        pixels = cv2.cvtColor(np.ascontiguousarray(pixels), code)
+    if max(height, width) > PRESHRINK:
+        pixels = cv2.resize(pixels, (PRESHRINK, PRESHRINK), interpolation=cv2.INTER_AREA)
+    if pixels.dtype != "uint8":  # 16-bit PNGs decoded unchanged
+        pixels = (pixels >> 8).astype("uint8")
+    return int(str(imagehash.phash(Image.fromarray(pixels))), 16)
+
+
+def phash_of_image(data: bytes) -> int:
+    """The pHash of encoded image bytes (an evaluation image, a test's photo),
+    decoded as the fetch stage decodes them.
+
+    >>> from PIL import Image
+    >>> import io
+    >>> buffer = io.BytesIO()
+    >>> Image.new("RGB", (40, 30), (200, 10, 10)).save(buffer, "PNG")
+    >>> phash_hex(phash_of_image(buffer.getvalue()))
+    '8000000000000000'
+    """
+    import numpy as np
+    from PIL import ImageOps
+
+    from corpora.record import open_image
+
+    with open_image(data) as image:
+        image = ImageOps.exif_transpose(image).convert("L")
+        return phash_of_pixels(np.asarray(image))
+
+
+def hamming(a: int, b: int) -> int:
+    """The number of bits in which ``a`` and ``b`` differ.
+
+    >>> hamming(0b1011, 0b0010)
+    2
+    """
+    return (a ^ b).bit_count()
+
+
+def phash_hex(value: int) -> str:
+    """A hash as 16 hex digits (how parquets and reports write it).
+
+    >>> phash_hex(255), parse_phash("00000000000000ff")
+    ('00000000000000ff', 255)
+    """
+    return f"{value:016x}"
+
+
+def parse_phash(text: str) -> int:
+    """A hash written as hex digits (an optional ``0x``), as an int.
+
+    >>> parse_phash("0x10")
+    16
+    """
+    value = int(text, 16)
+    if not 0 <= value < 1 << PHASH_BITS:
+        raise ValueError(f"a perceptual hash has {PHASH_BITS} bits; {text!r} has more")
+    return value
