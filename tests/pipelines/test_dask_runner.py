@@ -191,7 +191,7 @@ def test_every_corpus_builds_on_dask_to_direct_runner_bytes(name, cluster, serve
     funnel = load_manifest(output)["funnel"]
     assert funnel["input"] == funnel["kept"] + sum(funnel["dropped"].values())
     assert _markers(output) == _markers(str(tmp_path / "direct" / "out"))
-    if name != "c4":  # c4 has no images
+    if not name.startswith("c4"):  # c4 has no images
         assert _markers(output) == sorted(os.listdir(tmp_path / "dask" / "input"))
 
 

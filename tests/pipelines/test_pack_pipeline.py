@@ -49,7 +49,7 @@ def test_one_and_two_workers_write_identical_shards_and_manifest(tmp_path):
         sorted(one)
         == sorted(two)
         == sorted(
-            ["manifest.json", "stats.json", "failures.parquet"]
+            ["manifest.json", "stats.json", "failures.parquet", "dedup_index.parquet"]
             + [s["path"] for s in first["shards"]]
         )
     )

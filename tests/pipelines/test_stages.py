@@ -147,7 +147,7 @@ def test_a_toy_stage_runs_in_build_and_fetch_with_its_flag_and_its_drops(tmp_pat
     assert manifest["funnel"]["input"] == 10 and manifest["funnel"]["kept"] == 5
     assert manifest["funnel"]["dropped"] == {"text_matches_pattern": 5}
     assert [entry["name"] for entry in manifest["stages"]] == [
-        "read", "regex", "spread", "fetch", "dedup_index", "pack"]  # fmt: skip
+        "read", "regex", "spread", "fetch", "duplicate_images", "dedup_index", "pack"]  # fmt: skip
     regex = next(entry for entry in manifest["stages"] if entry["name"] == "regex")
     assert regex["dropped"] == {"text_matches_pattern": 5}
     assert manifest["settings"]["stage_options"]["drop_matching"] == f"^{first}"
