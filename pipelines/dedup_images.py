@@ -35,8 +35,8 @@ from corpora.dedup import images as rules
 from corpora.dedup.lsh import band_keys, near_pairs
 from corpora.dedup.phash import phash_hex
 from corpora.record import Document, Drop
-from corpora.store.stash import RECORDS, BlobWriter
-from pipelines.store import StashReader, reference, stash_files
+from corpora.store.stash import RECORDS
+from pipelines.store import StashReader, stash_files, stashed
 from pipelines.transforms import DROPPED, NAMESPACE, route_batch
 
 FOUND = "found"  # what a rule needs of a batch: occurrences or hashes
@@ -65,13 +65,7 @@ class Look(beam.DoFn):
     def process(self, batch: list[Document]) -> Iterator:
         for item in self._looks(batch):
             yield beam.pvalue.TaggedOutput(FOUND, item)
-        if self._files is None:
-            yield batch
-            return
-        writer = BlobWriter(self._files)
-        ref = writer.put(batch)
-        writer.flush()  # written before the reference leaves the bundle
-        yield reference(ref)
+        yield stashed(self._files, batch)
 
 
 class ApplyRemovals(beam.DoFn):

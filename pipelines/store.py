@@ -15,7 +15,7 @@ from corpora.store.files import Files, reachable
 from corpora.store.outcomes import ImageRef
 from corpora.store.reader import ImageReader
 from corpora.store.settings import StoreSettings
-from corpora.store.stash import STASHES, read_blob, unstash_piece
+from corpora.store.stash import STASHES, BlobWriter, read_blob, unstash_piece
 
 
 def stash_files(output: str, folder: str) -> Files | None:
@@ -31,6 +31,18 @@ def reference(ref: ImageRef) -> tuple[str, int, int, str]:
     pickles several times faster than the dataclass, and Beam pickles every
     element at every crossing."""
     return ref.tar, ref.offset, ref.size, ref.sha256
+
+
+def stashed(files: Files | None, batch: list):
+    """``batch`` written to the stash ``files`` and its :func:`reference`, or
+    the batch itself where nothing can be stashed (``files`` is ``None``).
+    The blob is flushed before the reference leaves the bundle."""
+    if files is None:
+        return batch
+    writer = BlobWriter(files)
+    ref = writer.put(batch)
+    writer.flush()
+    return reference(ref)
 
 
 class StashReader:

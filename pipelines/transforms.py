@@ -26,12 +26,12 @@ from corpora.record import Document, Drop
 from corpora.stats.progress import Tally
 from corpora.store.fetching import StoreFetch
 from corpora.store.settings import StoreSettings
-from corpora.store.stash import RECORDS, BlobWriter
+from corpora.store.stash import RECORDS
 from corpora.tokens.pack_groups import TEXT_GROUP_SIZES, packs_where_tokenized
 from corpora.tokens.tokenizer import TokenizedDocument, Tokenizer, tokenize_batch
 from pipelines import memory, storage
 from pipelines.storage import read_failure_urls
-from pipelines.store import MarkComplete, StashReader, reference, stash_files
+from pipelines.store import MarkComplete, StashReader, stash_files, stashed
 
 DROPPED = "dropped"
 INPUT = "input"
@@ -114,13 +114,7 @@ class _StashBatch(beam.DoFn):
         self._files = stash_files(self._output, RECORDS)
 
     def process(self, batch: list) -> Iterator:
-        if self._files is None:
-            yield batch
-            return
-        writer = BlobWriter(self._files)
-        ref = writer.put(batch)
-        writer.flush()  # written before the reference leaves the bundle
-        yield reference(ref)
+        yield stashed(self._files, batch)
 
 
 class _UnstashBatch(beam.DoFn):
