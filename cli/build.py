@@ -89,7 +89,7 @@ def _build(
     if settings.corpus_options:
         echo("  " + ", ".join(f"{k}={v}" for k, v in settings.corpus_options.items()))
     staged = {k: v for k, v in settings.stage_options.items() if v is not None}
-    if staged:  # the stages' options given (corpora.stages)
+    if staged:  # the stages' options that are set (corpora.stages)
         echo("  " + ", ".join(f"{k}={v}" for k, v in staged.items()))
     try:
         with usage_errors(SettingsChanged, RunnerError, LockError), only_corpora_lines(not verbose):
