@@ -427,12 +427,8 @@ def _near_report(_, radius, sources, removed, largest, clusters, thumbs) -> dict
 # The steps of the stage list (corpora.stages): step(stage, batches, build) -> batches.
 
 
-def image_settings(build) -> rules.ImageDedupSettings:
-    return rules.ImageDedupSettings.from_options(build.settings.stage_options)
-
-
 def _exact_step(stage, batches, build, key: str):
-    settings = image_settings(build)
+    settings = rules.image_dedup(build.settings)
     found = batches | stage.name >> ExactImages(
         stage.name,
         key,
@@ -462,10 +458,10 @@ def image_bytes_step(stage, batches, build):
 def near_images_step(stage, batches, build):
     """After the fetch and the exact steps: near duplicates (``--dedup-images
     near``) and evaluation images (``--decontaminate`` folders and parquets)."""
-    from corpora.dedup.evaluation import is_image_source, read_eval_images
+    from corpora.dedup.evaluation import read_eval_images
 
-    settings = image_settings(build)
-    sources = [read_eval_images(p) for p in settings.decontaminate if is_image_source(p)]
+    settings = rules.image_dedup(build.settings)
+    sources = [read_eval_images(p) for p in settings.decontaminate]  # the image sources only
     found = batches | stage.name >> NearImages(
         stage.name,
         settings.distance,
