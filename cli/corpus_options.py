@@ -30,8 +30,8 @@ def corpus_options(command):
 
 def stage_options(command):
     """Add a flag for every option of the stages of the list."""
-    for option in reversed(list(stages.options().values())):
-        stage = stages.option_stage(option.name)
+    declared = [(stage, option) for stage in stages.all_stages() for option in stage.options]
+    for stage, option in reversed(declared):  # click shows the last decorator first
         command = click.option(
             option.flag, option.name, **_click(option, f"{stage.name} stage: {option.help}")
         )(command)

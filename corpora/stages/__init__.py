@@ -229,11 +229,6 @@ def options() -> dict[str, Option]:
     return {option.name: option for stage in all_stages() for option in stage.options}
 
 
-def option_stage(name: str) -> Stage:
-    """The stage that declares the option ``name``."""
-    return next(stage for stage in all_stages() if name in stage.option_names)
-
-
 def stage_options(given: Mapping[str, Any]) -> dict[str, Any]:
     """Every stage option's stored value (``given`` may leave options out, or
     give ``None``: their defaults); a value an option refuses raises
@@ -261,7 +256,6 @@ __all__ = [
     "active",
     "check_options",
     "all_stages",
-    "option_stage",
     "options",
     "ordered",
     "plugin_stages",
