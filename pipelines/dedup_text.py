@@ -257,10 +257,10 @@ def index_step(stage: Stage, batches, build: Steps):
     records that reach the pack stage; the batches pass unchanged. Its report:
     how many rows of each kind."""
     name = label(stage)
-    rows = (
-        batches
-        | f"{name}Rows" >> beam.FlatMap(lambda batch: [row for d in batch for row in index_rows(d)])
-        | f"{name}Distinct" >> beam.Distinct()
+    # one list of distinct rows per batch: a build's index is a few hundred
+    # elements of the runner's, not one per record (the writer sorts them out)
+    rows = batches | f"{name}Rows" >> beam.Map(
+        lambda batch: sorted({row for d in batch for row in index_rows(d)})
     )
     path = FileSystems.join(build.settings.output, INDEX)
     written = (
@@ -273,7 +273,7 @@ def index_step(stage: Stage, batches, build: Steps):
 
 
 def _write_index(path: str, rows) -> dict:
-    rows = list(rows)
+    rows = sorted({row for batch in rows for row in batch})
     with storage.create_atomically(path) as stream:
         write_index(stream, rows)
     counts: dict[str, int] = {}

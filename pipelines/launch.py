@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import os
 import shutil
 import sys
 import tempfile
@@ -29,7 +30,7 @@ from corpora.tokens.tokenizer import Tokenizer
 from pipelines import resume, storage
 from pipelines.build import build_pipeline, fetch_pipeline
 from pipelines.inputs import input_bytes
-from pipelines.memory import steady_memory
+from pipelines.memory import LAUNCHER_PID, steady_memory
 from pipelines.runners import RunnerError, RunnerSettings, make_runner, pipeline_options
 from pipelines.transforms import NAMESPACE
 
@@ -159,6 +160,7 @@ def new_pipeline(
     options = pipeline_options(runner, verbose=verbose)
     if runner.local:
         steady_memory()
+    os.environ[LAUNCHER_PID] = str(os.getpid())  # its workers settle their GC, not it
     FileSystems.set_options(options)  # s3 endpoint and keys for this process's own reads and writes
     try:  # Beam validates the options for the runner here (project id, temp location, …)
         return beam.Pipeline(runner=make_runner(options, worker_command), options=options)

@@ -17,6 +17,14 @@ docs/scaling.md). Two remedies, each where it costs nothing measurable:
   its speed here).
 
 Elsewhere than glibc both do nothing; ``CORPORA_MALLOC=default`` turns both off.
+
+A worker also settles its garbage collector once (:func:`settle_gc`): what
+it holds when its first step is set up (modules, the runner's machinery) is
+moved out of the collector's sight, and it collects young objects every
+50,000 allocations instead of 700. Records are short-lived and hold no
+cycles, yet at the default pace every full collection walked the whole
+worker: 10 % of a 200,000-document C4 build's CPU (``benchmarks/e2e.py``,
+docs/benchmarks.md). ``CORPORA_GC=default`` keeps Python's own pace.
 """
 
 from __future__ import annotations
@@ -24,9 +32,11 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import gc
 import os
 
 MMAP_THRESHOLD = 128 << 10
+GC_THRESHOLDS = (50_000, 20, 100)  # gc.set_threshold's: young, middle, old generations
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter (malloc.h)
 
 
@@ -57,3 +67,22 @@ def trim() -> None:
     libc = _libc()
     if libc is not None:
         libc.malloc_trim(0)
+
+
+LAUNCHER_PID = "CORPORA_LAUNCHER_PID"  # the process that built the pipeline (new_pipeline)
+
+
+@functools.lru_cache(maxsize=1)
+def settle_gc() -> None:
+    """Once per worker process: collect, freeze what survives
+    (:func:`gc.freeze`: never scanned again) and collect at
+    :data:`GC_THRESHOLDS`' pace, unless ``CORPORA_GC=default``. Called where
+    a worker's steps are set up; the launching process (a test's, a
+    notebook's, an in-process build's) keeps its own pace."""
+    if os.environ.get("CORPORA_GC") == "default":
+        return
+    if os.environ.get(LAUNCHER_PID) == str(os.getpid()):
+        return
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)

@@ -102,6 +102,7 @@ class StashDocuments(beam.DoFn):
         self._images: Files | None = None
 
     def setup(self) -> None:
+        memory.settle_gc()
         self._documents = stash_files(self._output, DOCUMENTS)
         self._images = stash_files(self._output, STASH)
 
@@ -291,6 +292,7 @@ class WriteShard(beam.DoFn):
         self._reader: StashReader | None = None
 
     def setup(self) -> None:
+        memory.settle_gc()
         self._reader = StashReader()
 
     def teardown(self) -> None:
@@ -419,6 +421,7 @@ class PackTextGroup(beam.DoFn):
         self._files: Files | None = None
 
     def setup(self) -> None:
+        memory.settle_gc()
         self._files = stash_files(self._settings.output, SEQUENCES)
 
     def process(self, batch: list) -> Iterator:
@@ -492,6 +495,7 @@ class WriteTextShard(beam.DoFn):
         self._reader: StashReader | None = None
 
     def setup(self) -> None:
+        memory.settle_gc()
         self._reader = StashReader()
 
     def teardown(self) -> None:

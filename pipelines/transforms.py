@@ -111,6 +111,7 @@ class _StashBatch(beam.DoFn):
         self._files = None
 
     def setup(self) -> None:
+        memory.settle_gc()
         self._files = stash_files(self._output, RECORDS)
 
     def process(self, batch: list) -> Iterator:
@@ -119,6 +120,7 @@ class _StashBatch(beam.DoFn):
 
 class _UnstashBatch(beam.DoFn):
     def setup(self) -> None:
+        memory.settle_gc()
         self._reader = StashReader()
 
     def teardown(self) -> None:
@@ -144,6 +146,7 @@ class ReadSource(beam.DoFn):
         self._bytes_done = 0  # of the files read to their end
 
     def setup(self) -> None:
+        memory.settle_gc()
         if self._progress is not None:
             self._tally = Tally(self._progress, f"read-{os.getpid()}-{id(self)}")
 
@@ -231,6 +234,7 @@ class FetchImages(beam.DoFn):
         self._reported = 0
 
     def setup(self) -> None:
+        memory.settle_gc()
         self._fetcher = fetch.Fetcher(self._settings)
         if self._progress_folder is None:
             self._progress = FetchProgress(self._settings.progress_interval)

@@ -62,9 +62,31 @@ def normalise_text(text: str) -> str:
     return " ".join(_WORD.findall(folded))
 
 
+# An ASCII text's word characters ([0-9A-Za-z_], as ``\w`` matches them there) lower
+# cased, every other byte a space: its normalised form is the runs of the rest.
+_ASCII_WORDS = (
+    bytes(ord(c.lower()) if c.isalnum() or c == "_" else ord(" ") for c in map(chr, range(128)))
+    + b" " * 128
+)
+
+
+def normalised_bytes(text: str) -> bytes:
+    """:func:`normalise_text` as UTF-8 bytes; an ASCII text's (C4's, most
+    captions') in a few C passes over its bytes, a tenth of the CPU.
+
+    >>> normalised_bytes("  A cat, on a MAT! fine_day ")
+    b'a cat on a mat fine_day'
+    >>> normalised_bytes("Ünïcode, ﬁne") == normalise_text("Ünïcode, ﬁne").encode()
+    True
+    """
+    if text.isascii():
+        return b" ".join(text.encode("ascii").translate(_ASCII_WORDS).split())
+    return normalise_text(text).encode("utf-8")
+
+
 def text_hash(text: str) -> str:
     """The exact-duplicate key of ``text``: 128 bits of blake2b of its normalised form, in hex."""
-    return hashlib.blake2b(normalise_text(text).encode("utf-8"), digest_size=16).hexdigest()
+    return hashlib.blake2b(normalised_bytes(text), digest_size=16).hexdigest()
 
 
 def record_text(document: Document) -> str:

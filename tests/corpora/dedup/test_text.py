@@ -3,7 +3,14 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corpora.dedup.text import ngram_hashes, normalise_text, record_text, text_hash, words
+from corpora.dedup.text import (
+    ngram_hashes,
+    normalise_text,
+    normalised_bytes,
+    record_text,
+    text_hash,
+    words,
+)
 from corpora.record import Document, ImageChunk, TextChunk
 
 
@@ -40,3 +47,9 @@ def test_no_words_no_ngrams():
 def test_words_are_the_normalised_text_split(text):
     normalised = normalise_text(text)
     assert words(text) == (normalised.split(" ") if normalised else [])
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127)) | st.text())
+def test_the_ascii_fast_path_normalises_as_the_unicode_one(text):
+    # every build's dedup index hashes every text through the fast path
+    assert normalised_bytes(text) == normalise_text(text).encode("utf-8")
