@@ -38,6 +38,10 @@ if TYPE_CHECKING:
     from corpora.config.settings import BuildSettings
 
 Reader = Callable[[BinaryIO, str, "BuildSettings"], Iterator[Union[Document, Drop]]]
+# (raw line, path, line number, settings) -> record or Drop: one line of a
+# line-oriented corpus, parsed where a worker takes it (corpora.sources.inputs.iter_lines
+# gives the lines: bytes, or a LongLine past settings.max_line_bytes)
+LineParser = Callable[[Any, str, int, "BuildSettings"], Union[Document, Drop]]
 Stage = Callable[[Document, "BuildSettings"], Union[Document, Drop]]
 
 # How the CLIP stage applies to a corpus: a pair record (one image, one text)
@@ -161,6 +165,10 @@ class CorpusSpec:
     unit: str  # what the funnel counts: "pair", "document", …
     read: Reader
     input_patterns: tuple[str, ...]  # what a directory input matches
+    # A line-oriented corpus's parser of one line, the parse that ``read`` does
+    # line by line: with it, a text build's reader hands raw lines to the
+    # workers, which parse them (pipelines.transforms.ParseLines).
+    parse_line: LineParser | None = None
     options: tuple[Option, ...] = ()
     # Before any download: (record, settings) -> record or Drop (corpora.sources.filters).
     metadata_filter: Stage | None = None

@@ -90,6 +90,12 @@ def read_records(stream: BinaryIO, path: str, settings: BuildSettings) -> Iterat
     return read(stream, path, settings.corpus, settings.max_line_bytes)
 
 
+def parse_record(
+    raw: bytes | LongLine, path: str, line: int, settings: BuildSettings
+) -> Document | Drop:
+    return parse_line(raw, path, line, settings.corpus)
+
+
 def bundled_sample(directory: str) -> str:
     """The C4 sample bundled with the package: 300 documents written for it."""
     return c4_sample(directory)
@@ -101,6 +107,7 @@ SPECS = (
         summary="C4 web text (json.gz), text only: the text corpus of SimVLM's pairs+C4 blend",
         unit="document",
         read=read_records,
+        parse_line=parse_record,
         input_patterns=("*.json.gz", "*.jsonl.gz", "*.json", "*.jsonl"),
         images=False,
         sample=bundled_sample,
