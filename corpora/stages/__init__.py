@@ -47,7 +47,8 @@ FETCH = "fetch"  # the last stage of ``corpora fetch``
 STAGES = (
     Stage(
         "read",
-        "read the input files into records (the corpus's reader)",
+        "read the input files into records (the corpus's reader; a text build's lines are "
+        "parsed on every worker)",
         beam="pipelines.transforms:read_step",
     ),
     Stage(
@@ -57,7 +58,8 @@ STAGES = (
     ),
     Stage(
         "spread",
-        "spread the record batches over every worker (a reference to each crosses)",
+        "spread the record batches over every worker (a reference to each crosses; a text "
+        "build's read spread its lines)",
         beam="pipelines.transforms:spread_step",
     ),
     Stage(
