@@ -39,8 +39,11 @@ def top_level_stages(corpus: str, **overrides) -> list[str]:
 def test_a_text_corpus_runs_no_image_stage():
     stages = top_level_stages("c4")
     assert IMAGE_STAGES.isdisjoint(stages)
-    # tokenized, packed and counted where each batch is: no document stashed (issue 29)
-    assert stages.index("Read") < stages.index("Spread") < stages.index("PackText")
+    # raw lines spread and parsed on every worker; then tokenized, packed and counted
+    # where each batch is: no document stashed (issue 29)
+    order = ["Read", "SpreadLines", "Parse", "PackText"]
+    assert [stages.index(name) for name in order] == sorted(stages.index(name) for name in order)
+    assert "Spread" not in stages
     assert not {"Tokenize", "PackSequences"} & set(stages)
     # with --pack-groups the groups hash each tokenized document's key: the stashed path
     grouped = top_level_stages("c4", pack_groups=3)
