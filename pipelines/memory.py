@@ -74,8 +74,8 @@ LAUNCHER_PID = "CORPORA_LAUNCHER_PID"  # the process that built the pipeline (ne
 
 @functools.lru_cache(maxsize=1)
 def settle_gc() -> None:
-    """Once per worker process: collect, freeze what survives
-    (:func:`gc.freeze`: never scanned again) and collect at
+    """Once per worker process: freeze what it holds (:func:`gc.freeze`:
+    never scanned again) and collect at
     :data:`GC_THRESHOLDS`' pace, unless ``CORPORA_GC=default``. Called where
     a worker's steps are set up; the launching process (a test's, a
     notebook's, an in-process build's) keeps its own pace."""
@@ -83,6 +83,5 @@ def settle_gc() -> None:
         return
     if os.environ.get(LAUNCHER_PID) == str(os.getpid()):
         return
-    gc.collect()
-    gc.freeze()
+    gc.freeze()  # no collection first: a worker's heap is 0.2 s of one, for little garbage
     gc.set_threshold(*GC_THRESHOLDS)
