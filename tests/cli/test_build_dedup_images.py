@@ -13,6 +13,7 @@ import pytest
 
 from corpora.dedup.images import DUPLICATE_IMAGE, EVAL_CONTAMINATION, NEAR_DUPLICATE_IMAGE
 from tests import fixtures
+from tests.clip_model import tiny_clip  # noqa: F401
 from tests.dedup_photos import EXACT, NEAR, planted
 from tests.helpers import SMALL_BUILD, load_manifest, read_tar, run_cli
 from tests.servers import ImageServer
@@ -206,3 +207,47 @@ def test_corpora_fetch_never_downloads_an_image_past_max_image_repeats(tmp_path)
         requested = [path for path in server.requests if path.startswith("/photos/")]
     assert "/photos/coffee/original" not in requested  # in 3 records: removed before the fetch
     assert sorted(requested) == sorted(f"/photos/{p}/original" for p, _ in photos if p != "coffee")
+
+
+@pytest.mark.slow
+def test_clip_sim_removes_the_near_copies_that_the_exact_rule_keeps(tmp_path, tiny_clip):  # noqa: F811
+    """``--near-dup-clip-sim 0.995`` with ``--dedup-images exact`` and the tiny
+    random CLIP model (images at 32 px): the exact rule takes the byte copies,
+    the embedding rule at least 95 % of the q60, half, crop and PNG copies (31 of
+    32 when written: grass's 5 % crop stays), and no two photos are merged. A
+    random model shows the mechanism (buckets, clusters, the smallest id kept,
+    the record dropped, no embedding in a shard), not CLIP's judgement: its
+    embeddings of different photos are 0.99 apart or less."""
+    photos = planted()
+    with ImageServer() as server:
+        urls = _serve(server, photos)
+        source = _coyo_input(str(tmp_path), urls)
+        clip = ("--clip-model", tiny_clip.config_path, "--clip-pretrained", tiny_clip.checkpoint)
+        built = _build(tmp_path, "clip", source, *clip, "--near-dup-clip-sim", "0.995")
+    originals = sorted({photo for photo, _ in photos})
+    dropped = built["funnel"]["dropped"]
+    assert dropped[DUPLICATE_IMAGE] == len(originals) * len(EXACT)
+    planted_near = len(originals) * len(NEAR)
+    assert planted_near * 0.95 <= dropped[NEAR_DUPLICATE_IMAGE] <= planted_near
+    kept = {urls[u] for u in _kept_urls(str(tmp_path / "clip"))}
+    assert {p for p, _ in kept} == set(originals)  # no two photos merged
+    assert _balanced(built)
+    entries = {entry["name"]: entry for entry in built["stages"]}
+    report = entries["clip_near_duplicates"]["report"]
+    assert report["removed"] == {NEAR_DUPLICATE_IMAGE: dropped[NEAR_DUPLICATE_IMAGE]}
+    assert report["clusters"] == len(originals) and report["clip_sim"] == 0.995
+    # each cluster's kept image is its smallest record id, shown first
+    for cluster in report["largest_clusters"]:
+        members = [m["record_id"] for m in cluster["members"]]
+        assert members == sorted(members) and cluster["kept"]["record_id"] == members[0]
+        assert all("thumbnail" in m for m in cluster["members"])
+    with open(tmp_path / "clip" / "stats.json") as handle:
+        section = json.load(handle)["dedup"]
+    assert ("clip_near_duplicates", NEAR_DUPLICATE_IMAGE) in {
+        (r["stage"], r["reason"]) for r in section["removed"]
+    }
+    assert len(section["clip_clusters"]) == 4
+    # the embeddings are never written: no shard's json holds one
+    for shard in glob.glob(os.path.join(str(tmp_path / "clip"), "*.tar")):
+        for sample in read_tar(shard):
+            assert "embedding" not in json.dumps(sample["json"])
