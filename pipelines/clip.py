@@ -25,6 +25,7 @@ from apache_beam.ml.inference.base import ModelHandler, RunInference
 
 from corpora import clip
 from corpora.config.spec import CLIP_DOCUMENTS
+from corpora.dedup.embeddings import clip_sim, with_embeddings
 from corpora.record import Document, Drop, stable_hash
 from corpora.stages import selection
 from pipelines import storage
@@ -43,9 +44,10 @@ def clip_score(doc: Document) -> float | None:
 class ClipModelHandler(ModelHandler):
     """Loads the open_clip model once per worker; scores a batch of pair records."""
 
-    def __init__(self, settings: clip.ClipSettings):
+    def __init__(self, settings: clip.ClipSettings, keep_embeddings: bool = False):
         super().__init__(min_batch_size=settings.batch_size, max_batch_size=settings.batch_size)
         self._settings = settings
+        self._keep_embeddings = keep_embeddings  # documents: in each image's meta
 
     def load_model(self) -> clip.ClipModel:
         return clip.load_clip(self._settings)
@@ -76,7 +78,7 @@ class DocumentClipModelHandler(ClipModelHandler):
         model: clip.ClipModel,
         inference_args: dict[str, Any] | None = None,
     ):
-        return clip.score_documents(batch, model)
+        return clip.score_documents(batch, model, self._keep_embeddings)
 
 
 def image_scores(doc: Document) -> list[float]:
@@ -92,8 +94,9 @@ class _RouteScored(beam.DoFn):
 
 
 class _SplitScored(beam.DoFn):
-    def __init__(self, save_embeddings: bool):
+    def __init__(self, save_embeddings: bool, keep_embeddings: bool = False):
         self._save = save_embeddings
+        self._keep = keep_embeddings
 
     def process(self, outcome: clip.ScoredPair | Drop):
         if isinstance(outcome, Drop):
@@ -102,7 +105,10 @@ class _SplitScored(beam.DoFn):
         Metrics.counter(NAMESPACE, "clip.scored").inc()
         if self._save:
             yield beam.pvalue.TaggedOutput(EMBEDDINGS, clip.embedding_row(outcome))
-        yield outcome.doc
+        if self._keep:  # for --near-dup-clip-sim, which takes it out again
+            yield with_embeddings(outcome.doc, {0: outcome.image_embedding})
+        else:
+            yield outcome.doc
 
 
 class _WriteEmbeddingFile(beam.DoFn):
@@ -165,12 +171,14 @@ class ClipStage(beam.PTransform):
         output: str,
         resolution: float = selection.RESOLUTION,
         rows_per_file: int = clip.EMBEDDINGS_ROWS_PER_FILE,
+        keep_embeddings: bool = False,
     ):
         super().__init__()
         self._settings = settings
         self._output = output
         self._resolution = resolution
         self._rows_per_file = rows_per_file
+        self._keep_embeddings = keep_embeddings
 
     def expand(self, docs: beam.PCollection) -> ClipOutput:
         settings, resolution = self._settings, self._resolution
@@ -178,9 +186,9 @@ class ClipStage(beam.PTransform):
             docs
             | "RunInference" >> RunInference(ClipModelHandler(settings))
             | "SplitScored"
-            >> beam.ParDo(_SplitScored(settings.save_embeddings)).with_outputs(
-                DROPPED, EMBEDDINGS, main="docs"
-            )
+            >> beam.ParDo(
+                _SplitScored(settings.save_embeddings, self._keep_embeddings)
+            ).with_outputs(DROPPED, EMBEDDINGS, main="docs")
         )
         counts = (
             scored.docs
@@ -230,18 +238,25 @@ class DocumentClipStage(beam.PTransform):
     without images. The manifest's ``clip`` entry counts images.
     """
 
-    def __init__(self, settings: clip.ClipSettings, resolution: float = selection.RESOLUTION):
+    def __init__(
+        self,
+        settings: clip.ClipSettings,
+        resolution: float = selection.RESOLUTION,
+        keep_embeddings: bool = False,
+    ):
         super().__init__()
         if settings.top_fraction is not None or settings.save_embeddings:
             raise ValueError("documents take neither a CLIP top fraction nor saved embeddings")
         self._settings = settings
         self._resolution = resolution
+        self._keep_embeddings = keep_embeddings
 
     def expand(self, docs: beam.PCollection) -> ClipOutput:
         settings, resolution = self._settings, self._resolution
         scored = (
             docs
-            | "RunInference" >> RunInference(DocumentClipModelHandler(settings))
+            | "RunInference"
+            >> RunInference(DocumentClipModelHandler(settings, self._keep_embeddings))
             | "RouteScored" >> beam.ParDo(_RouteScored()).with_outputs(DROPPED, main="docs")
         )
         counts = (
@@ -272,10 +287,11 @@ def clip_step(stage, batches, build):
     document's images re-placed and filtered, one record at a time; the
     manifest's ``clip`` entry is ``build.outputs["clip"]``."""
     settings = build.settings
+    keep = clip_sim(settings) is not None  # the next stage compares the image embeddings
     scorer = (
-        DocumentClipStage(settings.clip)
+        DocumentClipStage(settings.clip, keep_embeddings=keep)
         if build.spec.clip == CLIP_DOCUMENTS
-        else ClipStage(settings.clip, settings.output)
+        else ClipStage(settings.clip, settings.output, keep_embeddings=keep)
     )
     scored = (batches | "UnbatchToScore" >> beam.FlatMap(lambda batch: batch)) | "Clip" >> scorer
     build.dropped(stage.name, scored.dropped)

@@ -11,6 +11,7 @@ import numpy as np
 
 from corpora.clip.loading import ClipModel
 from corpora.clip.settings import SCORE, SCORE_DECIMALS
+from corpora.dedup.embeddings import with_embeddings
 from corpora.record import Document, Drop, ImageChunk, TextChunk, open_image
 from corpora.sources.mmc4.assign import assign_images
 
@@ -135,6 +136,8 @@ class DocumentSimilarity:
 
     matrix: np.ndarray
     undecodable: tuple[int, ...]
+    # each decoded image's embedding by its position (what --near-dup-clip-sim compares)
+    embeddings: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 def document_similarity(doc: Document, model: ClipModel) -> DocumentSimilarity:
@@ -173,7 +176,8 @@ def document_similarities(docs: Sequence[Document], model: ClipModel) -> list[Do
             matrix[[r for r, _ in rows]] = similarity_matrix(
                 image_embeddings[[e for _, e in rows]], sentences
             )
-        results.append(DocumentSimilarity(matrix, undecodable))
+        embeddings = {r: image_embeddings[e] for r, e in rows}
+        results.append(DocumentSimilarity(matrix, undecodable, embeddings))
     return results
 
 
@@ -213,12 +217,20 @@ def assign_by_clip(doc: Document, similarity: DocumentSimilarity, model_id: str)
     return _count_removed(doc, "clip_image_undecodable", len(similarity.undecodable))
 
 
-def score_documents(docs: Sequence[Document], model: ClipModel) -> list[Document | Drop]:
+def score_documents(
+    docs: Sequence[Document], model: ClipModel, keep_embeddings: bool = False
+) -> list[Document | Drop]:
     """Score and re-place the images of interleaved documents (``mmc4``), in
-    the order given: :func:`document_similarities`, then :func:`assign_by_clip`."""
+    the order given: :func:`document_similarities`, then :func:`assign_by_clip`.
+    ``keep_embeddings``: each image keeps its embedding in its meta
+    (:func:`corpora.dedup.embeddings.with_embeddings`)."""
     similarities = document_similarities(docs, model)
     return [
-        assign_by_clip(doc, similarity, model.settings.model_id)
+        assign_by_clip(
+            with_embeddings(doc, similarity.embeddings) if keep_embeddings else doc,
+            similarity,
+            model.settings.model_id,
+        )
         for doc, similarity in zip(docs, similarities)
     ]
 

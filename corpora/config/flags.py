@@ -177,6 +177,7 @@ def settings_from_flags(corpus: str, **flags: Any) -> BuildSettings:
         settings = settings.replace(
             fetch=_fetch_settings(settings, given), store=store_settings(output, given)
         )
+        stages.check_settings(settings)
     except ValueError as exc:
         raise FlagError(str(exc)) from None
     return settings

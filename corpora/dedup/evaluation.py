@@ -4,9 +4,11 @@ PATH is a folder of evaluation images (every file in it, recursively, that
 opens as an image) or a parquet of their perceptual hashes (a ``phash``
 column of 16 hex digits, as :func:`corpora.dedup.phash.phash_hex` writes
 them; other columns are ignored). A text or JSON-lines file is an evaluation
-text, the text rules' (``corpora/dedup/text.py``): :func:`is_image_source`
-tells them apart. The manifest records each source's sha256
-(:attr:`EvalImages.sha256`), so a build says what it was cleaned against.
+text, the text rules' (``corpora/dedup/text.py``):
+:func:`corpora.dedup.sources.source_kind` tells them apart for both. A
+folder may be local or any fsspec URL (``gs://``, ``s3://``, ``memory://``).
+The manifest records each source's sha256 (:attr:`EvalImages.sha256`), so a
+build says what it was cleaned against.
 
 >>> import os, tempfile
 >>> folder = tempfile.mkdtemp()
@@ -23,11 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import os
 
-from corpora.dedup.phash import parse_phash, phash_hex, phash_of_image
+import fsspec
 
-IMAGE_SOURCE_SUFFIXES = (".parquet",)
+from corpora.dedup.phash import parse_phash, phash_hex, phash_of_image
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,38 +51,29 @@ class EvalImages:
         }
 
 
-def is_image_source(path: str) -> bool:
-    """A folder or a parquet: evaluation images (else evaluation texts).
-
-    >>> is_image_source("eval/coco-val.parquet"), is_image_source("eval/vqav2.jsonl")
-    (True, False)
-    """
-    return os.path.isdir(path) or path.endswith(IMAGE_SOURCE_SUFFIXES)
-
-
 def read_eval_images(path: str) -> EvalImages:
-    if os.path.isdir(path):
-        return _read_folder(path)
+    """The evaluation images of a folder (local or any fsspec URL) or a parquet of
+    their hashes (what :func:`corpora.dedup.sources.source_kind` calls them)."""
+    fs, root = fsspec.core.url_to_fs(path)
+    if fs.isdir(root):
+        return _read_folder(path, fs, root)
     return _read_parquet(path)
 
 
-def _read_folder(folder: str) -> EvalImages:
+def _read_folder(folder: str, fs, root: str) -> EvalImages:
     names, hashes, lines, skipped = [], [], [], 0
-    for root, dirs, files in os.walk(folder):
-        dirs.sort()
-        for name in sorted(files):
-            full = os.path.join(root, name)
-            with open(full, "rb") as stream:
-                data = stream.read()
-            relative = os.path.relpath(full, folder)
-            lines.append(f"{relative}\t{hashlib.sha256(data).hexdigest()}\n")
-            try:
-                value = phash_of_image(data)
-            except Exception:  # not an image: a README, a labels file
-                skipped += 1
-                continue
-            names.append(relative)
-            hashes.append(value)
+    prefix = root.rstrip("/") + "/"
+    for full in sorted(fs.find(root)):
+        data = fs.cat_file(full)
+        relative = full[len(prefix) :] if full.startswith(prefix) else os.path.basename(full)
+        lines.append(f"{relative}\t{hashlib.sha256(data).hexdigest()}\n")
+        try:
+            value = phash_of_image(data)
+        except Exception:  # not an image: a README, a labels file
+            skipped += 1
+            continue
+        names.append(relative)
+        hashes.append(value)
     digest = hashlib.sha256("".join(sorted(lines)).encode("utf-8")).hexdigest()
     return EvalImages(folder, digest, tuple(names), tuple(hashes), skipped)
 
@@ -87,9 +81,9 @@ def _read_folder(folder: str) -> EvalImages:
 def _read_parquet(path: str) -> EvalImages:
     import pyarrow.parquet as pq
 
-    with open(path, "rb") as stream:
+    with fsspec.open(path, "rb") as stream:
         data = stream.read()
-    table = pq.read_table(path, columns=None)
+    table = pq.read_table(io.BytesIO(data))
     if "phash" not in table.column_names:
         raise ValueError(f"{path}: an evaluation parquet needs a 'phash' column (16 hex digits)")
     values = table.column("phash").to_pylist()

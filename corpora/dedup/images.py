@@ -47,8 +47,8 @@ from collections import Counter
 from typing import Any, Callable, Iterable, Mapping
 
 from corpora.config.spec import Option, zero_is_off
-from corpora.dedup.evaluation import is_image_source
 from corpora.dedup.phash import DEFAULT_DISTANCE
+from corpora.dedup.sources import is_image_source
 from corpora.record import Document, Drop, ImageChunk
 
 DUPLICATE_IMAGE = "duplicate_image"

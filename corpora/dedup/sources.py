@@ -57,7 +57,13 @@ if TYPE_CHECKING:
 NGRAM = 13  # GPT-3's contamination study
 MIN_NGRAM = 8  # a shorter evaluation text matches only a whole record text
 TEXTS, IMAGE_FOLDER, IMAGE_HASHES = "texts", "image_folder", "image_hashes"
+IMAGE_KINDS = (IMAGE_FOLDER, IMAGE_HASHES)
 TEXT_SUFFIXES = (".txt", ".jsonl", ".json")
+TEXT_COMPRESSION = ".gz"  # a text source may be gzipped; nothing else is read compressed
+ACCEPTED = (
+    "a folder of images, a .parquet of image hashes, or a .txt/.jsonl/.json of texts "
+    "(gzipped: .txt.gz/.jsonl.gz/.json.gz)"
+)
 TEXT_FIELDS = (
     "text",
     "caption",
@@ -115,30 +121,55 @@ class Source:
 
 
 def source_kind(path: str) -> str:
-    """Who reads ``path``: evaluation texts here, images in the image rules.
+    """What ``path`` is, for the text rules and the image rules alike (the one
+    place that decides): a folder (local, or any fsspec URL: ``gs://``,
+    ``s3://``, ``memory://``) is evaluation images, a ``.parquet`` their
+    hashes, a ``.txt``/``.jsonl``/``.json`` (or any of them ``.gz``) texts.
+    Anything else, a parquet or a text compressed otherwise among them, is
+    refused in one line naming the path and the kinds accepted.
 
     >>> source_kind("coco_captions.jsonl"), source_kind("eval_hashes.parquet")
     ('texts', 'image_hashes')
+    >>> source_kind("vqa_questions.json.gz")
+    'texts'
     >>> try:
     ...     source_kind("notes.pdf")
     ... except SourceError as error:
-    ...     print(*str(error).split(", "), sep=",\\n")
+    ...     print(*str(error).split(", "), sep=",\n")
     --decontaminate notes.pdf: not a folder of images,
     a .parquet of image hashes,
-    or a .txt/.jsonl/.json of texts
+    or a .txt/.jsonl/.json of texts (gzipped: .txt.gz/.jsonl.gz/.json.gz)
     """
     fs, root = fsspec.core.url_to_fs(path)
     if fs.isdir(root):
         return IMAGE_FOLDER
-    name = path.lower().removesuffix(".gz")
+    name = path.lower()
     if name.endswith(".parquet"):
         return IMAGE_HASHES
-    if name.endswith(TEXT_SUFFIXES):
+    if name.removesuffix(TEXT_COMPRESSION).endswith(TEXT_SUFFIXES):
         return TEXTS
-    raise SourceError(
-        f"--decontaminate {path}: not a folder of images, a .parquet of image hashes, "
-        "or a .txt/.jsonl/.json of texts"
-    )
+    stem, dot, extension = name.rpartition(".")
+    if dot and stem.endswith(".parquet"):
+        raise SourceError(
+            f"--decontaminate {path}: a parquet is read uncompressed (it compresses inside); "
+            f"accepted: {ACCEPTED}"
+        )
+    if dot and stem.endswith(TEXT_SUFFIXES):
+        raise SourceError(
+            f"--decontaminate {path}: a text file compressed as .{extension} is not read; "
+            f"accepted: {ACCEPTED}"
+        )
+    raise SourceError(f"--decontaminate {path}: not {ACCEPTED}")
+
+
+def is_image_source(path: str) -> bool:
+    """Whether ``path`` is evaluation images (a folder or a parquet of hashes):
+    :func:`source_kind`'s answer, for the image rules.
+
+    >>> is_image_source("eval/coco-val.parquet"), is_image_source("eval/vqav2.jsonl")
+    (True, False)
+    """
+    return source_kind(path) in IMAGE_KINDS
 
 
 def read_sources(paths: Sequence[str]) -> tuple[Source, ...]:
@@ -175,8 +206,8 @@ def _folder_sha256(path: str) -> str:
 
 def evaluation_texts(source: Source) -> Iterator[str]:
     """The evaluation texts of a texts source, in file order."""
-    compression = "gzip" if source.path.endswith(".gz") else None
-    name = source.path.lower().removesuffix(".gz")
+    compression = "gzip" if source.path.lower().endswith(TEXT_COMPRESSION) else None
+    name = source.path.lower().removesuffix(TEXT_COMPRESSION)
     with fsspec.open(source.path, "rt", encoding="utf-8", compression=compression) as stream:
         if name.endswith(".txt"):
             yield from (line.rstrip("\n") for line in stream)
@@ -279,7 +310,7 @@ def text_paths(settings: "BuildSettings") -> tuple[str, ...]:
 def image_paths(settings: "BuildSettings") -> tuple[str, ...]:
     """The ``--decontaminate`` paths that are evaluation images: the image rules'
     hook (``corpora.dedup.evaluation`` reads each of them)."""
-    return tuple(p for p in decontamination_paths(settings) if source_kind(p) != TEXTS)
+    return tuple(p for p in decontamination_paths(settings) if is_image_source(p))
 
 
 @functools.lru_cache(maxsize=4)

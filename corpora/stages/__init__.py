@@ -15,7 +15,7 @@ import them too.
 >>> [stage.name for stage in STAGES]  # doctest: +NORMALIZE_WHITESPACE
 ['read', 'filter', 'spread', 'select', 'decontaminate_text', 'exclude_seen', 'dedup_text',
  'duplicate_image_urls', 'fetch', 'exclude_seen_images', 'duplicate_images',
- 'near_duplicate_images', 'clip', 'layout', 'dedup_index', 'pack']
+ 'near_duplicate_images', 'clip', 'clip_near_duplicates', 'layout', 'dedup_index', 'pack']
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import os
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from corpora.config.spec import Option
+from corpora.dedup.embeddings import NEAR_DUP_CLIP_SIM_OPTION, check_clip, clip_sim
 from corpora.dedup.images import (
     DUPLICATE_IMAGE,
     IMAGE_REPEATED,
@@ -137,6 +138,18 @@ STAGES = (
         applies=lambda spec, settings: settings.clip is not None,
     ),
     Stage(
+        "clip_near_duplicates",
+        "images whose CLIP image embeddings are within --near-dup-clip-sim cosine of another's "
+        "(random-hyperplane LSH buckets, connected components)",
+        beam="pipelines.dedup_embeddings:clip_near_duplicates_step",
+        options=(NEAR_DUP_CLIP_SIM_OPTION,),
+        reasons=(NEAR_DUPLICATE_IMAGE,),
+        applies=lambda spec, settings: (
+            spec.images and settings.clip is not None and clip_sim(settings) is not None
+        ),
+        check=check_clip,
+    ),
+    Stage(
         "layout",
         "the corpus's layout: records with their images as the shards hold them",
         spec_core="layout",
@@ -238,6 +251,14 @@ def stage_options(given: Mapping[str, Any]) -> dict[str, Any]:
     return {name: option.value(given.get(name)) for name, option in options().items()}
 
 
+def check_settings(settings: "BuildSettings") -> None:
+    """Each stage's check of ``settings`` (an option another flag must come
+    with): ``ValueError`` with one line for the first that refuses them."""
+    for stage in all_stages():
+        if stage.check is not None:
+            stage.check(settings)
+
+
 def check_options(stages: tuple[Stage, ...]) -> None:
     seen: dict[str, str] = {}
     for stage in stages:
@@ -257,6 +278,7 @@ __all__ = [
     "StageError",
     "active",
     "check_options",
+    "check_settings",
     "all_stages",
     "options",
     "ordered",

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 Core = Callable[[Document, "BuildSettings"], Union[Document, Drop, Iterable[Union[Document, Drop]]]]
 Applies = Callable[["CorpusSpec", "BuildSettings"], bool]
+Check = Callable[["BuildSettings"], None]
 
 
 class StageError(ValueError):
@@ -63,6 +64,8 @@ class Stage:
     reasons: tuple[str, ...] = ()  # the drop reasons it gives
     applies: Applies | None = None  # None: whenever it has a core
     after: str | None = None  # a plugin stage's place: after the stage of this name
+    # raises ValueError (one line) when the settings contradict the stage's options
+    check: Check | None = None
 
     def __post_init__(self) -> None:
         ways = [self.core is not None, self.spec_core is not None, self.beam is not None]

@@ -461,14 +461,20 @@ def funnel_section(
 
 
 # The image dedup stages (corpora/stages: pipelines/dedup_images.py's steps)
-IMAGE_DEDUP_STAGES = ("duplicate_image_urls", "duplicate_images", "near_duplicate_images")
+IMAGE_DEDUP_STAGES = (
+    "duplicate_image_urls",
+    "duplicate_images",
+    "near_duplicate_images",
+    "clip_near_duplicates",
+)
 
 
 def dedup_section(manifest: Mapping[str, Any]) -> dict[str, Any] | None:
     """What the image dedup stages removed, from their reports in the
     manifest's ``stages``: images removed by rule, the most repeated images
     (thumbnails where the stage had the bytes), the largest near-duplicate
-    clusters and the decontamination sources. None when no rule removed
+    clusters (by pHash, and by CLIP embedding with ``--near-dup-clip-sim``)
+    and the decontamination sources. None when no rule removed
     anything and nothing was decontaminated (the stats of a build without
     duplicates stay as they were).
 
@@ -501,7 +507,7 @@ def dedup_section(manifest: Mapping[str, Any]) -> dict[str, Any] | None:
     repeated = []
     for name in IMAGE_DEDUP_STAGES[:2]:
         repeated += reports.get(name, {}).get("most_repeated") or []
-    return {
+    section = {
         "removed": removed,
         "most_repeated": repeated,
         "near_radius": near.get("radius"),
@@ -509,6 +515,12 @@ def dedup_section(manifest: Mapping[str, Any]) -> dict[str, Any] | None:
         "largest_clusters": near.get("largest_clusters") or [],
         "decontaminate": sources,
     }
+    by_clip = reports.get("clip_near_duplicates")
+    if by_clip is not None:  # only with --near-dup-clip-sim: other builds' stats keep their bytes
+        section["clip_sim"] = by_clip.get("clip_sim")
+        section["clip_cluster_count"] = by_clip.get("clusters")
+        section["clip_clusters"] = by_clip.get("largest_clusters") or []
+    return section
 
 
 def fetch_drops(manifest: Mapping[str, Any]) -> collections.Counter:

@@ -255,6 +255,25 @@ def _thumb(entry: Mapping[str, Any], css: str = "") -> str:
     return f'<img class="{css}" alt="" title="{_esc(title)}" src="{_esc(uri)}">'
 
 
+def _clusters_html(clusters) -> str:
+    """Each cluster's thumbnails side by side, the kept image framed."""
+    return "".join(
+        f'<div class="cluster">{format_number(c["size"])} images: '
+        + "".join(
+            _thumb(
+                m,
+                "kept"
+                if (m["record_id"], m["position"])
+                == (c["kept"]["record_id"], c["kept"]["position"])
+                else "",
+            )
+            for m in c["members"]
+        )
+        + "</div>"
+        for c in clusters
+    )
+
+
 def dedup_html(section: Mapping[str, Any] | None) -> str:
     """The dedup section: images removed by each rule, the most repeated
     images, the largest near-duplicate clusters side by side (the kept image
@@ -279,25 +298,16 @@ def dedup_html(section: Mapping[str, Any] | None) -> str:
         )
         parts.append(f'<h3>Most repeated images</h3><div class="charts dedup">{items}</div>')
     if section.get("largest_clusters"):
-        clusters = "".join(
-            f'<div class="cluster">{format_number(c["size"])} images: '
-            + "".join(
-                _thumb(
-                    m,
-                    "kept"
-                    if (m["record_id"], m["position"])
-                    == (c["kept"]["record_id"], c["kept"]["position"])
-                    else "",
-                )
-                for m in c["members"]
-            )
-            + "</div>"
-            for c in section["largest_clusters"]
-        )
         parts.append(
             f"<h3>Near-duplicate clusters (radius {_esc(section.get('near_radius'))} bits, "
             f"{format_number(section.get('clusters'))} clusters)</h3>"
-            f'<div class="dedup">{clusters}</div>'
+            f'<div class="dedup">{_clusters_html(section["largest_clusters"])}</div>'
+        )
+    if section.get("clip_clusters"):
+        parts.append(
+            f"<h3>Near-duplicate clusters by CLIP embedding (cosine at least "
+            f"{_esc(section.get('clip_sim'))}, {format_number(section.get('clip_cluster_count'))}"
+            f' clusters)</h3><div class="dedup">{_clusters_html(section["clip_clusters"])}</div>'
         )
     if section.get("decontaminate"):
         sources = "".join(

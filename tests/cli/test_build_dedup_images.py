@@ -13,6 +13,7 @@ import pytest
 
 from corpora.dedup.images import DUPLICATE_IMAGE, EVAL_CONTAMINATION, NEAR_DUPLICATE_IMAGE
 from tests import fixtures
+from tests.clip_model import tiny_clip  # noqa: F401
 from tests.dedup_photos import EXACT, NEAR, planted
 from tests.helpers import SMALL_BUILD, load_manifest, read_tar, run_cli
 from tests.servers import ImageServer
@@ -135,52 +136,141 @@ def test_exact_removes_the_copies_and_near_the_planted_near_duplicates(tmp_path)
     assert "Duplicates and evaluation images" in page and page.count('class="cluster"') == 4
 
 
+EVAL_CAPTION = "a man riding a wave on top of a surfboard at dawn"
+
+
+def _every_rule_rows(server: ImageServer, urls: dict) -> list[tuple[str, str]]:
+    """``(url, caption)`` of every record of the every-rule build: the planted
+    photos, a logo in three records (past ``--max-image-repeats 2``), two
+    captions copied from photos' (``duplicate_text``) and one that holds an
+    evaluation caption (``eval_contamination``, by text), under URLs of their own."""
+    logo = server.url("/logo.png")
+    server.route("/logo.png", lambda request: request.send_body(200, _logo(), "image/png"))
+    rows = [
+        (url, f"a photograph of the {photo}, {variant}") for url, (photo, variant) in urls.items()
+    ]
+    rows += [(logo, f"our logo on page {page}") for page in range(3)]
+    for name, caption in (
+        ("textcopy1", "A photograph of the brick, original!"),
+        ("textcopy2", "a photograph of the rocket half"),
+        ("leak", f"Seen online: {EVAL_CAPTION.upper()}, a classic."),
+    ):
+        path = f"/text/{name}"
+        server.route(path, lambda request: request.send_body(200, _logo(), "image/png"))
+        rows.append((server.url(path), caption))
+    return rows
+
+
+def _logo() -> bytes:
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def _rows_input(path: str, rows: list[tuple[str, str]]) -> str:
+    """A COYO parquet of ``rows`` (``(url, caption)``), ids in the rows' order."""
+    table = []
+    for index, (url, text) in enumerate(rows):
+        table.append(
+            {
+                "id": 7000 + index,
+                "url": url,
+                "text": text,
+                "width": 384,
+                "height": 384,
+                "image_phash": "%016x" % index,
+                "text_length": len(text),
+                "word_count": len(text.split()),
+                "num_tokens_bert": 12,
+                "num_tokens_gpt": 11,
+                "num_faces": 0,
+                "clip_similarity_vitb32": 0.34,
+                "clip_similarity_vitl14": 0.31,
+                "nsfw_score_opennsfw2": 0.01,
+                "nsfw_score_gantman": 0.02,
+                "watermark_score": 0.05,
+                "aesthetic_score_laion_v2": 5.1,
+            }
+        )
+    return fixtures.write_coyo_parquet(path, table)
+
+
+def _same_bytes(output: str) -> dict[str, str]:
+    """What must be byte-identical on every runner: the shards, stats.json and
+    the hash index (the manifest holds a timestamp: its funnel is compared)."""
+    found = _shard_bytes(output)
+    for name in ("stats.json", "dedup_index.parquet"):
+        with open(os.path.join(output, name), "rb") as stream:
+            found[name] = hashlib.sha256(stream.read()).hexdigest()
+    return found
+
+
 @pytest.mark.slow
 def test_every_rule_on_gives_the_same_bytes_on_1_and_2_workers_and_portable_runner(tmp_path):
+    """One build with every image and text rule on together: the same shards,
+    stats.json, hash index and funnel on 1 worker, 2 workers and the
+    PortableRunner, the funnel balanced, each rule counted. (It replaces the
+    image rules' and the text rules' separate runner checks.) CLIP's
+    --near-dup-clip-sim is left out: it passed here too when written, but the
+    tiny model's load and RunInference made each build 2.4x as long."""
     from tests.beam_services import job_service, worker_pool
 
-    photos = planted()
-    evaluation = tmp_path / "eval"
+    # four photos are enough to exercise every rule (and keep four builds cheap)
+    photos = {k: v for k, v in planted().items() if k[0] in ("brick", "coffee", "grass", "rocket")}
+    evaluation = tmp_path / "eval-images"
     evaluation.mkdir()
     (evaluation / "coffee.png").write_bytes(photos["coffee", "png"])
+    captions = tmp_path / "eval-captions.txt"
+    captions.write_text(EVAL_CAPTION + "\n")
     with ImageServer() as server:
         urls = _serve(server, photos)
-        source = _coyo_input(str(tmp_path), urls)
+        rows = _every_rule_rows(server, urls)
+        source = _rows_input(str(tmp_path / "part-00000.parquet"), sorted(rows))
+        # an earlier build of the same blend kept the grass photo: --exclude-seen removes it
+        seen = [(url, text) for url, text in rows if urls.get(url) == ("grass", "original")]
+        earlier = _rows_input(str(tmp_path / "earlier.parquet"), seen)
+        _build(tmp_path, "earlier", earlier)
         rules = (
-            "--dedup-images",
-            "near",
-            "--max-image-repeats",
-            "1",
-            "--decontaminate",
-            str(evaluation),
-        )
+            "--dedup-images", "near", "--max-image-repeats", "2", "--dedup-text", "near",
+            "--decontaminate", str(evaluation), "--decontaminate", str(captions),
+            "--exclude-seen", str(tmp_path / "earlier"),
+        )  # fmt: skip
         one = _build(tmp_path, "one", source, *rules)
         two = _build(tmp_path, "two", source, *rules, "--workers", "2")
         with job_service(str(tmp_path)) as endpoint, worker_pool(str(tmp_path)) as pool:
             portable = _build(
-                tmp_path,
-                "portable",
-                source,
-                *rules,
-                "--runner",
-                "PortableRunner",
-                "--job-endpoint",
-                endpoint,
-                "--environment-type",
-                "EXTERNAL",
-                "--environment-config",
-                pool,
-            )
-    expected = _shard_bytes(str(tmp_path / "one"))
-    assert expected
-    assert _shard_bytes(str(tmp_path / "two")) == expected
-    assert _shard_bytes(str(tmp_path / "portable")) == expected
+                tmp_path, "portable", source, *rules, "--runner", "PortableRunner",
+                "--job-endpoint", endpoint, "--environment-type", "EXTERNAL",
+                "--environment-config", pool,
+            )  # fmt: skip
+    expected = _same_bytes(str(tmp_path / "one"))
+    assert any(name.endswith(".tar") for name in expected)
+    assert _same_bytes(str(tmp_path / "two")) == expected
+    assert _same_bytes(str(tmp_path / "portable")) == expected
     for manifest in (one, two, portable):
         assert manifest["funnel"] == one["funnel"] and _balanced(manifest)
     dropped = one["funnel"]["dropped"]
-    # coffee and its near copies are evaluation images: none is in the build
-    assert dropped[EVAL_CONTAMINATION] >= 1
-    assert not any(urls[u][0] == "coffee" for u in _kept_urls(str(tmp_path / "one")))
+    assert dropped["duplicate_text"] == 2  # the two copied captions
+    assert dropped["image_repeated"] == 3  # the logo's three records
+    assert dropped["seen_in_blend"] == 2  # the grass photo an earlier build kept, and its copy
+    assert dropped[EVAL_CONTAMINATION] >= 2  # the leaked caption, coffee and its near copies
+    assert dropped[DUPLICATE_IMAGE] >= 1 and dropped[NEAR_DUPLICATE_IMAGE] >= 1
+    kept_urls = _kept_urls(str(tmp_path / "one"))
+    kept = {urls[u] for u in kept_urls if u in urls}
+    assert not any(u.endswith(("/logo.png", "/text/leak")) for u in kept_urls)
+    assert "coffee" not in {photo for photo, _ in kept}
+    assert not kept & {("grass", "original"), ("grass", "copy")}
+    assert {photo for photo, _ in kept} >= {"brick", "rocket"}
+    names = [entry["name"] for entry in one["stages"]]
+    for stage in (
+        "decontaminate_text", "exclude_seen", "dedup_text", "duplicate_image_urls",
+        "exclude_seen_images", "duplicate_images", "near_duplicate_images",
+    ):  # fmt: skip
+        assert stage in names
 
 
 @pytest.mark.slow
@@ -206,3 +296,47 @@ def test_corpora_fetch_never_downloads_an_image_past_max_image_repeats(tmp_path)
         requested = [path for path in server.requests if path.startswith("/photos/")]
     assert "/photos/coffee/original" not in requested  # in 3 records: removed before the fetch
     assert sorted(requested) == sorted(f"/photos/{p}/original" for p, _ in photos if p != "coffee")
+
+
+@pytest.mark.slow
+def test_clip_sim_removes_the_near_copies_that_the_exact_rule_keeps(tmp_path, tiny_clip):  # noqa: F811
+    """``--near-dup-clip-sim 0.995`` with ``--dedup-images exact`` and the tiny
+    random CLIP model (images at 32 px): the exact rule takes the byte copies,
+    the embedding rule at least 95 % of the q60, half, crop and PNG copies (31 of
+    32 when written: grass's 5 % crop stays), and no two photos are merged. A
+    random model shows the mechanism (buckets, clusters, the smallest id kept,
+    the record dropped, no embedding in a shard), not CLIP's judgement: its
+    embeddings of different photos are 0.99 apart or less."""
+    photos = planted()
+    with ImageServer() as server:
+        urls = _serve(server, photos)
+        source = _coyo_input(str(tmp_path), urls)
+        clip = ("--clip-model", tiny_clip.config_path, "--clip-pretrained", tiny_clip.checkpoint)
+        built = _build(tmp_path, "clip", source, *clip, "--near-dup-clip-sim", "0.995")
+    originals = sorted({photo for photo, _ in photos})
+    dropped = built["funnel"]["dropped"]
+    assert dropped[DUPLICATE_IMAGE] == len(originals) * len(EXACT)
+    planted_near = len(originals) * len(NEAR)
+    assert planted_near * 0.95 <= dropped[NEAR_DUPLICATE_IMAGE] <= planted_near
+    kept = {urls[u] for u in _kept_urls(str(tmp_path / "clip"))}
+    assert {p for p, _ in kept} == set(originals)  # no two photos merged
+    assert _balanced(built)
+    entries = {entry["name"]: entry for entry in built["stages"]}
+    report = entries["clip_near_duplicates"]["report"]
+    assert report["removed"] == {NEAR_DUPLICATE_IMAGE: dropped[NEAR_DUPLICATE_IMAGE]}
+    assert report["clusters"] == len(originals) and report["clip_sim"] == 0.995
+    # each cluster's kept image is its smallest record id, shown first
+    for cluster in report["largest_clusters"]:
+        members = [m["record_id"] for m in cluster["members"]]
+        assert members == sorted(members) and cluster["kept"]["record_id"] == members[0]
+        assert all("thumbnail" in m for m in cluster["members"])
+    with open(tmp_path / "clip" / "stats.json") as handle:
+        section = json.load(handle)["dedup"]
+    assert ("clip_near_duplicates", NEAR_DUPLICATE_IMAGE) in {
+        (r["stage"], r["reason"]) for r in section["removed"]
+    }
+    assert len(section["clip_clusters"]) == 4
+    # the embeddings are never written: no shard's json holds one
+    for shard in glob.glob(os.path.join(str(tmp_path / "clip"), "*.tar")):
+        for sample in read_tar(shard):
+            assert "embedding" not in json.dumps(sample["json"])

@@ -1,6 +1,7 @@
 """`corpora build` with the text rules on: planted duplicates and evaluation
-texts removed, byte-identical shards on 1 and 2 workers and on PortableRunner,
-the funnel balanced; `--exclude-seen` across an MMC4 and a COYO build."""
+texts removed, the funnel balanced; `--exclude-seen` across an MMC4 and a COYO
+build. (The same bytes on every runner with every rule on, text and image:
+tests/cli/test_build_dedup_images.py.)"""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import pytest
 from corpora.dedup.index import INDEX, read_index
 from corpora.sources.c4 import document_id
 from tests import fixtures
-from tests.beam_services import job_service, worker_pool
 from tests.generated import mmc4_documents, write_mmc4
 from tests.helpers import SMALL_BUILD, load_manifest, read_tar, run_cli
 from tests.planted_texts import planted
@@ -74,13 +74,6 @@ def _evals(directory) -> tuple[str, str]:
     return str(captions), str(questions)
 
 
-def _shards(output: str) -> dict[str, bytes]:
-    return {
-        os.path.basename(p): open(p, "rb").read()
-        for p in sorted(glob.glob(os.path.join(output, "*.tar")))
-    }
-
-
 def _kept_urls(output: str) -> set[str]:
     urls = set()
     for path in glob.glob(os.path.join(output, "*.tar")):
@@ -98,9 +91,7 @@ def _kept_of(copy: str, source: str) -> str:
     return min(_url(copy), _url(source), key=document_id)
 
 
-def test_text_rules_remove_the_planted_copies_and_leaks_the_same_on_every_runner(
-    tmp_path, tokenizer_path
-):
+def test_text_rules_remove_the_planted_copies_and_leaks(tmp_path, tokenizer_path):
     source = _c4_input(tmp_path)
     captions, questions = _evals(tmp_path)
     (tmp_path / "earlier-input").mkdir()
@@ -139,23 +130,8 @@ def test_text_rules_remove_the_planted_copies_and_leaks_the_same_on_every_runner
     assert all(len(s["sha256"]) == 64 for s in sources)
     assert report["dedup_text"]["removed"]["duplicate_text"] == len(CORPUS.exact)
 
-    expected = _shards(str(tmp_path / "one"))
-    two = run_cli(*common, "--output", str(tmp_path / "two"), "--workers", "2")
-    assert two.returncode == 0, two.stderr
-    assert _shards(str(tmp_path / "two")) == expected
-    with job_service(str(tmp_path)) as endpoint, worker_pool(str(tmp_path)):
-        portable = run_cli(
-            *common, "--output", str(tmp_path / "portable"), "--runner", "PortableRunner",
-            "--job-endpoint", endpoint, "--environment-type", "LOOPBACK",
-        )  # fmt: skip
-    assert portable.returncode == 0, portable.stderr
-    assert _shards(str(tmp_path / "portable")) == expected
-    for name in ("two", "portable"):
-        other = load_manifest(str(tmp_path / name))
-        assert other["funnel"] == funnel
-    assert (
-        open(tmp_path / "one" / INDEX, "rb").read() == open(tmp_path / "two" / INDEX, "rb").read()
-    )
+    # the same bytes on 2 workers and the PortableRunner: with every image rule too, in
+    # tests/cli/test_build_dedup_images.py (one build with every rule on)
 
 
 def test_exact_removes_exactly_the_exact_copies(tmp_path, tokenizer_path):

@@ -28,6 +28,9 @@ SECTIONS = [
     "smallest id kept",
     "Stage duplicate_images: one copy of each image body (sha256) and none past "
     "--max-image-repeats",
+    "Stage clip_near_duplicates: images whose CLIP image embeddings are within "
+    "--near-dup-clip-sim cosine of another's (random-hyperplane LSH buckets, connected "
+    "components)",
     "Runner (Beam)",
     "Other options",
 ]

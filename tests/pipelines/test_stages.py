@@ -74,7 +74,7 @@ def test_a_plugin_stage_runs_where_it_says(toy_stage):
     assert names == ["read", "filter", "regex", "spread", "select", "decontaminate_text",
                      "exclude_seen", "dedup_text", "duplicate_image_urls", "fetch",
                      "exclude_seen_images", "duplicate_images", "near_duplicate_images", "clip",
-                     "layout", "dedup_index", "pack"]  # fmt: skip
+                     "clip_near_duplicates", "layout", "dedup_index", "pack"]  # fmt: skip
     assert "drop_matching" in stages.options()
     settings = corpus_settings("mmc4-pairs", ("d.jsonl",), "out", drop_matching="x")
     assert settings.stage_options["drop_matching"] == "x"

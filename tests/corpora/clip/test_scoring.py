@@ -143,6 +143,20 @@ def test_documents_are_assigned_by_their_matrix_and_images_re_placed(model, tiny
         "clip_similarity_below_min": 1,
     }
 
+    # --near-dup-clip-sim: each image keeps its embedding (unit length), wherever it moved
+    from corpora.dedup.embeddings import IMAGE_EMBEDDING
+
+    assert not any(IMAGE_EMBEDDING in image.meta for image in scored.images)
+    embedded = clip.score_documents([doc], model, keep_embeddings=True)[0]
+    assert [i.url for i in embedded.images] == [i.url for i in scored.images]
+    for image in embedded.images:
+        vector = image.meta[IMAGE_EMBEDDING]
+        assert abs(float(np.linalg.norm(vector)) - 1.0) < 1e-3
+    first = next(image for image in embedded.images if image.url == "u0")
+    alone = model.encode_images([model.image_tensor(scoring.decode_image(images[0]))])[0]
+    expected = alone / np.linalg.norm(alone)
+    np.testing.assert_allclose(first.meta[IMAGE_EMBEDDING], expected, atol=2e-4)
+
     text_only = Document("t", "mmc4", (TextChunk("just words"),))
     assert clip.score_documents([text_only], model) == [text_only]
     no_text = Document("n", "mmc4", (ImageChunk("u", data=images[0]),))

@@ -180,3 +180,38 @@ def test_the_dedup_section_shows_each_rule_the_repeated_images_and_the_clusters(
     assert page.count('<img class="kept"') == 1 and page.count("<img ") == 2
     assert "11 documents" in page and "f" * 64 in page and "radius 12 bits" in page
     assert stats.dedup_section({**MANIFEST}) is None and report.dedup_html(None) == ""
+
+
+def test_the_dedup_section_shows_the_clusters_by_clip_embedding():
+    cluster = {
+        "size": 3,
+        "kept": {"record_id": "a", "position": 0},
+        "members": [{"record_id": r, "position": 0, "url": f"u{r}"} for r in "abc"],
+    }
+    manifest = {
+        **MANIFEST,
+        "stages": [
+            {"name": "duplicate_images", "report": {"removed": {}}},
+            {
+                "name": "clip_near_duplicates",
+                "report": {
+                    "clip_sim": 0.95,
+                    "removed": {"near_duplicate_image": 2},
+                    "clusters": 1,
+                    "largest_clusters": [cluster],
+                },
+            },
+        ],
+    }
+    section = stats.dedup_section(manifest)
+    assert section["removed"] == [
+        {"stage": "clip_near_duplicates", "reason": "near_duplicate_image", "count": 2}
+    ]
+    assert (section["clip_sim"], section["clip_cluster_count"]) == (0.95, 1)
+    assert section["clip_clusters"] == [cluster]
+    page = report.dedup_html(section)
+    assert "by CLIP embedding (cosine at least 0.95, 1 clusters)" in page
+    assert page.count('class="cluster"') == 1
+    # a build without the flag has no such keys: its stats.json keeps its bytes
+    without = {**manifest, "stages": manifest["stages"][:1]}
+    assert stats.dedup_section(without) is None
