@@ -135,7 +135,7 @@ def source_kind(path: str) -> str:
     >>> try:
     ...     source_kind("notes.pdf")
     ... except SourceError as error:
-    ...     print(*str(error).split(", "), sep=",\n")
+    ...     print(*str(error).split(", "), sep=",\\n")
     --decontaminate notes.pdf: not a folder of images,
     a .parquet of image hashes,
     or a .txt/.jsonl/.json of texts (gzipped: .txt.gz/.jsonl.gz/.json.gz)
