@@ -78,15 +78,43 @@ def index_rows(document: Document) -> Iterator[tuple[str, str]]:
         yield TEXT, text_hash(text)
 
 
-def write_index(stream: BinaryIO, rows: Iterable[tuple[str, str]]) -> int:
-    """Write the distinct ``rows`` sorted as one parquet; returns how many."""
+def index_table(rows: Iterable[tuple[str, str]]) -> pa.Table:
+    """``rows`` distinct and sorted, as the index's table: a batch's rows cross
+    the runner and wait for the writer as a few bytes a row, not Python tuples."""
     unique = sorted(set(rows))
-    table = pa.table(
+    return pa.table(
         {"kind": [kind for kind, _ in unique], "value": [value for _, value in unique]},
         schema=_SCHEMA,
     )
+
+
+def merged_table(tables: Iterable[pa.Table]) -> pa.Table:
+    """The distinct rows of ``tables``, sorted, in one chunk: the table of
+    all their rows (:func:`index_table`), merged in Arrow's memory.
+
+    >>> a = index_table([("text", "b"), ("text", "a")])
+    >>> b = index_table([("image_url", "u"), ("text", "b")])
+    >>> merged_table([a, b]).equals(index_table([("text", "b"), ("text", "a"), ("image_url", "u")]))
+    True
+    """
+    tables = [table.cast(_SCHEMA) for table in tables]
+    if not tables:
+        return index_table(())
+    distinct = pa.concat_tables(tables).group_by(["kind", "value"]).aggregate([])
+    by = [("kind", "ascending"), ("value", "ascending")]
+    ordered = distinct.select(["kind", "value"]).sort_by(by)
+    return ordered.cast(_SCHEMA).combine_chunks()
+
+
+def write_index_table(stream: BinaryIO, table: pa.Table) -> int:
+    """Write an index table (:func:`merged_table`) as one parquet; returns its rows."""
     pq.write_table(table, stream, compression="zstd")
-    return len(unique)
+    return table.num_rows
+
+
+def write_index(stream: BinaryIO, rows: Iterable[tuple[str, str]]) -> int:
+    """Write the distinct ``rows`` sorted as one parquet; returns how many."""
+    return write_index_table(stream, index_table(rows))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,14 +2,21 @@ from __future__ import annotations
 
 import io
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from corpora.dedup.index import (
+    KINDS,
     SEEN_IN_BLEND,
     Seen,
     exclude_seen,
     index_rows,
+    index_table,
+    merged_table,
     overlap,
     read_index,
     write_index,
+    write_index_table,
 )
 from corpora.record import Document, Drop, ImageChunk, TextChunk
 
@@ -27,6 +34,15 @@ def test_index_is_sorted_distinct_and_the_same_bytes_for_any_order():
     assert one.getvalue() == two.getvalue()
     one.seek(0)
     assert sorted(read_index(one)) == sorted(set(rows))
+
+
+@given(st.lists(st.lists(st.tuples(st.sampled_from(KINDS), st.text(max_size=12)), max_size=8)))
+def test_batches_merged_write_the_bytes_of_all_their_rows(batches):
+    # a build merges one table per batch; the file is the one of all the rows at once
+    merged, whole = io.BytesIO(), io.BytesIO()
+    write_index_table(merged, merged_table(index_table(batch) for batch in batches))
+    write_index(whole, [row for batch in batches for row in batch])
+    assert merged.getvalue() == whole.getvalue()
 
 
 def test_exclude_seen_drops_pairs_and_removes_images_from_documents():
