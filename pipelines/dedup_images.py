@@ -14,7 +14,9 @@ kept; no step holds every hash in one place:
   ``eval_contamination``).
 
 What leaves is applied to the batches through a side input of the removals
-only (record id → positions). After the fetch the records hold their images:
+only: one dict, record id → its entries (:class:`ByRecord`), which each
+bundle reads once; a multimap side input would ask the runner again for
+every record of every batch. After the fetch the records hold their images:
 each batch is written once to the build's stash (:class:`Look`) and read
 back where the removals are applied, so the runner holds a reference per
 batch while the decisions are made, never the images (as
@@ -89,7 +91,7 @@ class ApplyRemovals(beam.DoFn):
             yield beam.pvalue.TaggedOutput(THUMBS, item)
         results = []
         for doc in batch:
-            found = entries[doc.id]  # a multimap: empty for a record without removals
+            found = entries.get(doc.id, ())  # nothing for a record without removals
             result = rules.apply_removals(doc, found, self._drop_document)
             if result is not doc and not isinstance(result, Drop):
                 removed = dict(result.meta.get("images_removed") or {})
@@ -100,6 +102,34 @@ class ApplyRemovals(beam.DoFn):
                         Metrics.counter(NAMESPACE, f"{self._stage}.{reason}").inc(count)
             results.append(result)
         yield from route_batch(results, self._stage)
+
+
+class ByRecord(beam.CombineFn):
+    """``(record id, entry)`` pairs into one dict, record id → its entries (in
+    no particular order: :func:`corpora.dedup.images.apply_removals` does not
+    depend on it). It holds the removals only, a small share of the images."""
+
+    def create_accumulator(self) -> dict:
+        return {}
+
+    def add_input(self, found: dict, pair) -> dict:
+        found.setdefault(pair[0], []).append(pair[1])
+        return found
+
+    def merge_accumulators(self, accumulators) -> dict:
+        merged: dict = {}
+        for found in accumulators:
+            for record, entries in found.items():
+                merged.setdefault(record, []).extend(entries)
+        return merged
+
+    def extract_output(self, found: dict) -> dict:
+        return found
+
+
+def _by_record(entries: beam.PCollection, name: str) -> beam.pvalue.AsSingleton:
+    """The removals as one side input (:class:`ByRecord`)."""
+    return beam.pvalue.AsSingleton(entries | f"{name}ByRecord" >> beam.CombineGlobally(ByRecord()))
 
 
 def _thumbnails(batch: list[Document], wanted: dict) -> Iterator[tuple]:
@@ -188,7 +218,7 @@ class ExactImages(beam.PTransform):
         )
         applied = looked.batches | f"{name}Apply" >> beam.ParDo(
             ApplyRemovals(name, self._drop_document),
-            beam.pvalue.AsMultiMap(entries),
+            _by_record(entries, name),
             beam.pvalue.AsSingleton(wanted),
         ).with_outputs(DROPPED, THUMBS, main="docs")
         thumbs = applied[THUMBS]
@@ -319,7 +349,7 @@ class NearImages(beam.PTransform):
         )
         applied = looked.batches | f"{name}Apply" >> beam.ParDo(
             ApplyRemovals(name, self._drop_document),
-            beam.pvalue.AsMultiMap(entries),
+            _by_record(entries, name),
             beam.pvalue.AsSingleton(wanted),
         ).with_outputs(DROPPED, THUMBS, main="docs")
         thumbs = applied[THUMBS]
