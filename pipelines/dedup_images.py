@@ -4,7 +4,8 @@ Every step takes the build's batches of records and returns the batches
 kept; no step holds every hash in one place:
 
 - :class:`ExactImages`: occurrences grouped by key (URL before the fetch,
-  sha256 after it), each group decided alone (``duplicate_image``,
+  sha256 after it; they cross in partitions of the keys, one element per
+  partition a batch fills), each group decided alone (``duplicate_image``,
   ``image_repeated``);
 - :class:`NearImages`: perceptual hashes filed under their LSH bands
   (:mod:`corpora.dedup.lsh`), each bucket compared alone; the near pairs
@@ -38,6 +39,7 @@ from corpora.dedup.lsh import band_keys, near_pairs
 from corpora.dedup.phash import phash_hex
 from corpora.record import Document, Drop
 from corpora.store.stash import RECORDS
+from pipelines.dedup_text import part_of
 from pipelines.store import StashReader, stash_files, stashed
 from pipelines.transforms import DROPPED, NAMESPACE, route_batch
 
@@ -140,7 +142,23 @@ def _thumbnails(batch: list[Document], wanted: dict) -> Iterator[tuple]:
 
 
 def _occurrences(batch: list[Document], key_of) -> list:
-    return [o for doc in batch for o in rules.occurrences(doc, key_of)]
+    """A batch's ``(key, occurrence)`` pairs as ``(partition, [pairs])``: one
+    element per partition of the keys the batch fills (:func:`part_of`), not
+    one per image (Beam's cost is per element)."""
+    parts: dict[int, list] = {}
+    for doc in batch:
+        for pair in rules.occurrences(doc, key_of):
+            parts.setdefault(part_of(pair[0]), []).append(pair)
+    return sorted(parts.items())
+
+
+def _key_groups(part) -> Iterator[tuple]:
+    """A partition's pairs from every batch → ``(key, [occurrences])`` per key."""
+    groups: dict = {}
+    for pairs in part[1]:
+        for key, occurrence in pairs:
+            groups.setdefault(key, []).append(occurrence)
+    return iter(sorted(groups.items()))
 
 
 def _buckets(batch: list[Document], radius: int) -> list:
@@ -197,7 +215,11 @@ class ExactImages(beam.PTransform):
         looked = batches | f"{name}Look" >> beam.ParDo(
             Look(functools.partial(_occurrences, key_of=key_of), self._output)
         ).with_outputs(FOUND, main="batches")
-        groups = looked[FOUND] | f"{name}ByKey" >> beam.GroupByKey()
+        groups = (
+            looked[FOUND]
+            | f"{name}ByPart" >> beam.GroupByKey()
+            | f"{name}ByKey" >> beam.FlatMap(_key_groups)
+        )
         removals = groups | f"{name}Decide" >> beam.FlatMap(_decided, dedup, max_repeats)
         entries = [removals]
         if self._key == "url":  # the copy kept counts the documents of the others
