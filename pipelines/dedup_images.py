@@ -8,7 +8,8 @@ kept; no step holds every hash in one place:
   partition a batch fills), each group decided alone (``duplicate_image``,
   ``image_repeated``);
 - :class:`NearImages`: perceptual hashes filed under their LSH bands
-  (:mod:`corpora.dedup.lsh`), each bucket compared alone; the near pairs
+  (:mod:`corpora.dedup.lsh`; a band's buckets cross in :data:`BAND_PARTS`
+  partitions), each bucket compared alone; the near pairs
   joined into clusters by a union-find combine (:class:`Components`: it
   holds the near pairs, a small share of the images, never the hashes),
   evaluation images matched in the same buckets (``near_duplicate_image``,
@@ -19,7 +20,8 @@ only: one dict, record id → its entries (:class:`ByRecord`), which each
 bundle reads once; a multimap side input would ask the runner again for
 every record of every batch. After the fetch the records hold their images:
 each batch is written once to the build's stash (:class:`Look`) and read
-back where the removals are applied, so the runner holds a reference per
+back where the removals are applied (once for the exact and the near rule
+together, :class:`PostFetchImages`, when both run), so the runner holds a reference per
 batch while the decisions are made, never the images (as
 :class:`pipelines.transforms.Spread` does). Every decision depends on
 record ids and hashes only, so the output is the same whatever the runner,
@@ -190,20 +192,25 @@ def _key_groups(part) -> Iterator[tuple]:
     return iter(sorted(groups.items()))
 
 
+BAND_PARTS = 8  # each band's buckets cross in this many partitions
+
+
 def _buckets(batch: list[Document], radius: int) -> list:
-    """A batch's hashes filed under their bands: one element per bucket the
-    batch fills (``((band, bits), [(node, hex), …])``), not one per image and
-    band: Beam's cost is per element, and a radius of 12 makes 13 bands."""
-    buckets: dict = {}
+    """A batch's hashes filed under their bands: one element per partition of
+    a band's buckets the batch fills (``((band, bits % BAND_PARTS), [(bits,
+    node, hex), …])``), not one per image and band, nor one per bucket: Beam's
+    cost is per element, and a radius of 12 makes 13 bands of 32 buckets.
+    :func:`_pairs_in_bucket` compares each bucket of a partition alone."""
+    parts: dict = {}
     for doc in batch:
         for position, image in enumerate(doc.images):
             value = image.meta.get(rules.PHASH)
             if value is None:
                 continue
-            node = ((doc.id, position), phash_hex(value))
-            for band in band_keys(value, radius):
-                buckets.setdefault(band, []).append(node)
-    return sorted(buckets.items())
+            node, hexed = (doc.id, position), phash_hex(value)
+            for band, bits in band_keys(value, radius):
+                parts.setdefault((band, bits % BAND_PARTS), []).append((bits, node, hexed))
+    return sorted(parts.items())
 
 
 def _removed_counts(entries: beam.PCollection, label: str) -> beam.PCollection:
@@ -339,26 +346,27 @@ def _exact_report(_, key, removed, top, thumbs) -> dict:
 def _pairs_in_bucket(
     item, radius: int, near: bool, exact: dict | None = None, drop_document: bool = False
 ) -> Iterator[tuple]:
-    """A bucket's near pairs between images (``("edge", (a, b))``, with ``near``)
-    and an image's hit on an evaluation image (``("eval", node)``). ``exact``:
+    """A partition's near pairs (each bucket compared alone) between images
+    (``("edge", (a, b))``, with ``near``) and an image's hit on an evaluation
+    image (``("eval", node)``). ``exact``:
     the exact rules' entries by record (:class:`PostFetchImages`), whose
     removed images are left out, as if they had gone before this rule."""
     (band, _), parts = item
-    # hashes cross as hex: Beam's integer coder stops at 2**63
-    members = [
-        (node, int(value, 16))
-        for part in parts
-        for node, value in part
-        if not exact or not _removed_before(node, exact, drop_document)
-    ]
-    # an evaluation image's node is ("", index): no record id is empty
-    for a, b in near_pairs(members, radius, band):
-        if a[0] == "" and b[0] == "":
-            continue
-        if a[0] == "" or b[0] == "":
-            yield "eval", (b if a[0] == "" else a)
-        elif near:
-            yield "edge", (a, b)
+    buckets: dict = {}  # the partition's buckets, by the band's bits
+    for part in parts:
+        for bits, node, value in part:
+            if not exact or not _removed_before(node, exact, drop_document):
+                # hashes cross as hex: Beam's integer coder stops at 2**63
+                buckets.setdefault(bits, []).append((node, int(value, 16)))
+    for bits in sorted(buckets):
+        # an evaluation image's node is ("", index): no record id is empty
+        for a, b in near_pairs(buckets[bits], radius, band):
+            if a[0] == "" and b[0] == "":
+                continue
+            if a[0] == "" or b[0] == "":
+                yield "eval", (b if a[0] == "" else a)
+            elif near:
+                yield "edge", (a, b)
 
 
 def _removed_before(node: tuple[str, int], exact: dict, drop_document: bool) -> bool:
@@ -441,9 +449,9 @@ def _near_decisions(
 ) -> _Near:
     evals = pipeline | f"{name}EvalHashes" >> beam.Create(
         [
-            (band, [(("", index), phash_hex(value))])
+            ((band, bits % BAND_PARTS), [(bits, ("", index), phash_hex(value))])
             for index, value in enumerate(eval_hashes)
-            for band in band_keys(value, radius)
+            for band, bits in band_keys(value, radius)
         ]
     )
     leave_out = {} if exact is None else {"exact": exact, "drop_document": drop_document}
