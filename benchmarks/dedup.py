@@ -1,7 +1,9 @@
-"""Image dedup's cost: the same realistic-photo COYO build with
-``--dedup-images off`` and with ``--dedup-images near``, side by side in one run.
+"""Dedup's cost: the same realistic-photo COYO build without dedup
+(``--dedup-images off``, text dedup off) and with ``--dedup-images near
+--dedup-text near``, side by side in one run (issue 26's acceptance).
 
-    python benchmarks/dedup.py --counts 4000 10000
+    python benchmarks/dedup.py --counts 4000 10000 40000
+    python benchmarks/dedup.py --counts 1000 --photos DIR --sides off exact near
 
 The photos are distinct (:func:`distinct_photo`: a mosaic of tiles cut from
 the bundled sample's photos, each tile its own crop, flip and grain, 500-2,000
@@ -13,7 +15,9 @@ command is timed to its exit (wall and CPU seconds of its process tree, the
 peak RSS of its largest process), the sides alternating run by run, and the
 ratio is of the medians. The ``near`` side also removes the planted
 duplicates, so it tokenizes and packs fewer records: the table gives the
-records each side kept.
+records each side kept. ``--sides`` adds ``exact`` (the default build:
+``--dedup-images exact``, text off). ``--photos DIR`` reads the photos from a
+folder made by :func:`photo_dir` elsewhere (read only: it must hold them all).
 """
 
 from __future__ import annotations
@@ -179,6 +183,20 @@ def photo_dir(count: int, duplicates: float) -> tuple[str, dict]:
     return directory, planted
 
 
+def given_photos(directory: str, count: int, duplicates: float) -> tuple[str, dict]:
+    """A folder :func:`photo_dir` made elsewhere (with the same ``duplicates``),
+    read only: its first ``count`` photos must all be there."""
+    missing = [
+        i for i in range(count) if not os.path.exists(os.path.join(directory, f"{i:06d}.jpg"))
+    ]
+    if missing:
+        raise SystemExit(f"{directory} lacks {len(missing)} of the first {count} photos")
+    planted = {"exact": 0, "near": 0}
+    for kind, _ in planted_kinds(count, duplicates).values():
+        planted[kind] += 1
+    return directory, planted
+
+
 def _original(directory: str, index: int, kinds: dict) -> bytes:
     while index in kinds:  # a copy of a copy: the photo it copies
         index = kinds[index][1]
@@ -186,10 +204,19 @@ def _original(directory: str, index: int, kinds: dict) -> bytes:
         return handle.read()
 
 
+# Each side's dedup flags: ``off`` is the build without dedup, ``near`` what the
+# acceptance names, ``exact`` the default build.
+SIDES = {
+    "off": ["--dedup-images", "off"],
+    "exact": ["--dedup-images", "exact"],
+    "near": ["--dedup-images", "near", "--dedup-text", "near"],
+}
+
+
 def build(urls: str, work: str, args, mode: str) -> dict:
     output = os.path.join(work, f"out-{mode}")
     shutil.rmtree(output, ignore_errors=True)
-    result = run(coyo_command(urls, output, args) + ["--dedup-images", mode])
+    result = run(coyo_command(urls, output, args) + SIDES[mode])
     with open(os.path.join(output, "manifest.json")) as handle:
         manifest = json.load(handle)
     result.update(
@@ -208,16 +235,23 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--latency", type=float, default=0.05)
+    parser.add_argument("--sides", nargs="+", choices=tuple(SIDES), default=["off", "near"])
+    parser.add_argument("--photos", help="a folder of photo_dir's photos, read only")
     args = parser.parse_args()
+    if args.sides[0] != "off":
+        parser.error("--sides: the first side is off (the ratios are to it)")
     work = os.path.join(OUT, "dedup")
     os.makedirs(work, exist_ok=True)
     rows = []
     for count in args.counts:
-        directory, planted = photo_dir(count, args.duplicates)
+        if args.photos:
+            directory, planted = given_photos(args.photos, count, args.duplicates)
+        else:
+            directory, planted = photo_dir(count, args.duplicates)
         with image_server(directory, args.latency) as port:
             urls = url_parquet(os.path.join(work, f"urls-{count}.parquet"), port, count)
             runs = alternate(
-                {mode: (lambda m=mode: build(urls, work, args, m)) for mode in ("off", "near")},
+                {mode: (lambda m=mode: build(urls, work, args, m)) for mode in args.sides},
                 args.repeats,
             )
         row = {"count": count, "planted": planted, "load": load()}
@@ -225,23 +259,22 @@ def main() -> None:
             row[mode] = {key: median(results, key) for key in ("wall_s", "cpu_s", "peak_rss_mib")}
             row[mode].update(kept=results[0]["kept"], dropped=results[0]["dropped"])
             row[mode]["load_before"] = [r["load_before"] for r in results]
-        row["ratio_wall"] = round(row["near"]["wall_s"] / row["off"]["wall_s"], 3)
-        row["ratio_cpu"] = round(row["near"]["cpu_s"] / row["off"]["cpu_s"], 3)
+        for mode in args.sides[1:]:
+            suffix = "" if mode == "near" else f"_{mode}"
+            for key, figure in (("wall", "wall_s"), ("cpu", "cpu_s"), ("rss", "peak_rss_mib")):
+                ratio = row[mode][figure] / row["off"][figure]
+                row[f"ratio_{key}{suffix}"] = round(ratio, 3)
         rows.append(row)
         print(json.dumps(row), flush=True)
     if len(rows) > 1:
         first, last = rows[0], rows[-1]
-        print(
-            json.dumps(
-                {
-                    "memory_growth_near": round(
-                        last["near"]["peak_rss_mib"] / first["near"]["peak_rss_mib"], 3
-                    ),
-                    "from": first["count"],
-                    "to": last["count"],
-                }
+        growth = {
+            f"memory_growth_{mode}": round(
+                last[mode]["peak_rss_mib"] / first[mode]["peak_rss_mib"], 3
             )
-        )
+            for mode in args.sides
+        }
+        print(json.dumps({**growth, "from": first["count"], "to": last["count"]}))
 
 
 if __name__ == "__main__":

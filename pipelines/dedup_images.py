@@ -4,19 +4,24 @@ Every step takes the build's batches of records and returns the batches
 kept; no step holds every hash in one place:
 
 - :class:`ExactImages`: occurrences grouped by key (URL before the fetch,
-  sha256 after it), each group decided alone (``duplicate_image``,
+  sha256 after it; they cross in partitions of the keys, one element per
+  partition a batch fills), each group decided alone (``duplicate_image``,
   ``image_repeated``);
 - :class:`NearImages`: perceptual hashes filed under their LSH bands
-  (:mod:`corpora.dedup.lsh`), each bucket compared alone; the near pairs
+  (:mod:`corpora.dedup.lsh`; a band's buckets cross in :data:`BAND_PARTS`
+  partitions), each bucket compared alone; the near pairs
   joined into clusters by a union-find combine (:class:`Components`: it
   holds the near pairs, a small share of the images, never the hashes),
   evaluation images matched in the same buckets (``near_duplicate_image``,
   ``eval_contamination``).
 
 What leaves is applied to the batches through a side input of the removals
-only (record id → positions). After the fetch the records hold their images:
+only: one dict, record id → its entries (:class:`ByRecord`), which each
+bundle reads once; a multimap side input would ask the runner again for
+every record of every batch. After the fetch the records hold their images:
 each batch is written once to the build's stash (:class:`Look`) and read
-back where the removals are applied, so the runner holds a reference per
+back where the removals are applied (once for the exact and the near rule
+together, :class:`PostFetchImages`, when both run), so the runner holds a reference per
 batch while the decisions are made, never the images (as
 :class:`pipelines.transforms.Spread` does). Every decision depends on
 record ids and hashes only, so the output is the same whatever the runner,
@@ -25,6 +30,7 @@ the batches and the worker count.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Callable, Iterable, Iterator
 
@@ -36,24 +42,29 @@ from corpora.dedup.lsh import band_keys, near_pairs
 from corpora.dedup.phash import phash_hex
 from corpora.record import Document, Drop
 from corpora.store.stash import RECORDS
+from pipelines.dedup_text import part_of
 from pipelines.store import StashReader, stash_files, stashed
 from pipelines.transforms import DROPPED, NAMESPACE, route_batch
 
 FOUND = "found"  # what a rule needs of a batch: occurrences or hashes
+BUCKETS = "buckets"  # ... the near rule's, when one pass looks for both
+DROPPED_NEAR = "dropped_near"  # the near rule's drops, when one pass applies both
 THUMBS = "thumbnails"  # the report's thumbnails, made where a batch is read back
 
 TOP = 8  # the most repeated images in a report
 CLUSTERS = 4  # the largest near-duplicate clusters in a report, ...
 CLUSTER_MEMBERS = 4  # ... with at most this many members each
+NEAR_REASONS = (rules.NEAR_DUPLICATE_IMAGE, rules.EVAL_CONTAMINATION)  # the near rule's
 
 
 class Look(beam.DoFn):
-    """What a rule needs of each batch (``found``), and the batch itself: after
-    the fetch, written once to the build's stash with only its reference going
-    on (``output``), so the runner never holds the images while the rule's
-    decisions are made; before the fetch (no ``output``), as it is."""
+    """What the rules need of each batch (``looks``: an output tag → what a rule
+    takes of a batch), and the batch itself: after the fetch, written once to
+    the build's stash with only its reference going on (``output``), so the
+    runner never holds the images while the rules' decisions are made; before
+    the fetch (no ``output``), as it is."""
 
-    def __init__(self, looks: Callable[[list[Document]], Iterable], output: str | None):
+    def __init__(self, looks: dict[str, Callable[[list[Document]], Iterable]], output: str | None):
         self._looks = looks
         self._output = output
         self._files = None
@@ -63,19 +74,26 @@ class Look(beam.DoFn):
             self._files = stash_files(self._output, RECORDS)
 
     def process(self, batch: list[Document]) -> Iterator:
-        for item in self._looks(batch):
-            yield beam.pvalue.TaggedOutput(FOUND, item)
+        for tag, look in self._looks.items():
+            for item in look(batch):
+                yield beam.pvalue.TaggedOutput(tag, item)
         yield stashed(self._files, batch)
 
 
 class ApplyRemovals(beam.DoFn):
     """A batch (read back from the stash) with the removals of its records
     applied: the records kept as one batch, drops to ``dropped``, and the
-    thumbnails of the images the report shows (``wanted``) to ``thumbnails``."""
+    thumbnails of the images the report shows (``wanted``) to ``thumbnails``.
 
-    def __init__(self, stage: str, drop_document: bool):
+    With ``near_stage`` it applies two stages' removals at once (the exact
+    rules' and the near rule's, :class:`PostFetchImages`): what the near rule
+    removed is counted under ``near_stage`` and its drops go to
+    ``dropped_near``, as if the stages had run one after the other."""
+
+    def __init__(self, stage: str, drop_document: bool, near_stage: str | None = None):
         self._stage = stage
         self._drop_document = drop_document
+        self._near_stage = near_stage
 
     def setup(self) -> None:
         self._reader = StashReader()
@@ -89,7 +107,7 @@ class ApplyRemovals(beam.DoFn):
             yield beam.pvalue.TaggedOutput(THUMBS, item)
         results = []
         for doc in batch:
-            found = entries[doc.id]  # a multimap: empty for a record without removals
+            found = entries.get(doc.id, ())  # nothing for a record without removals
             result = rules.apply_removals(doc, found, self._drop_document)
             if result is not doc and not isinstance(result, Drop):
                 removed = dict(result.meta.get("images_removed") or {})
@@ -97,9 +115,54 @@ class ApplyRemovals(beam.DoFn):
                 for reason in rules.REASONS:
                     count = removed.get(reason, 0) - before.get(reason, 0)
                     if count:
-                        Metrics.counter(NAMESPACE, f"{self._stage}.{reason}").inc(count)
+                        Metrics.counter(NAMESPACE, f"{self._stage_of(reason)}.{reason}").inc(count)
             results.append(result)
-        yield from route_batch(results, self._stage)
+        if self._near_stage is None:
+            yield from route_batch(results, self._stage)
+            return
+        near = [r for r in results if isinstance(r, Drop) and r.reason in NEAR_REASONS]
+        for drop in near:  # the exact stage passed these records on
+            Metrics.counter(NAMESPACE, f"{self._stage}.out").inc()
+            Metrics.counter(NAMESPACE, f"dropped.{drop.reason}").inc(drop.count)
+            yield beam.pvalue.TaggedOutput(DROPPED_NEAR, drop)
+        rest = [r for r in results if not (isinstance(r, Drop) and r.reason in NEAR_REASONS)]
+        for item in route_batch(rest, self._stage):
+            if isinstance(item, list):  # the records kept: past both stages
+                Metrics.counter(NAMESPACE, f"{self._near_stage}.out").inc(len(item))
+            yield item
+
+    def _stage_of(self, reason: str) -> str:
+        if self._near_stage is not None and reason in NEAR_REASONS:
+            return self._near_stage
+        return self._stage
+
+
+class ByRecord(beam.CombineFn):
+    """``(record id, entry)`` pairs into one dict, record id → its entries (in
+    no particular order: :func:`corpora.dedup.images.apply_removals` does not
+    depend on it). It holds the removals only, a small share of the images."""
+
+    def create_accumulator(self) -> dict:
+        return {}
+
+    def add_input(self, found: dict, pair) -> dict:
+        found.setdefault(pair[0], []).append(pair[1])
+        return found
+
+    def merge_accumulators(self, accumulators) -> dict:
+        merged: dict = {}
+        for found in accumulators:
+            for record, entries in found.items():
+                merged.setdefault(record, []).extend(entries)
+        return merged
+
+    def extract_output(self, found: dict) -> dict:
+        return found
+
+
+def _by_record(entries: beam.PCollection, name: str) -> beam.pvalue.AsSingleton:
+    """The removals as one side input (:class:`ByRecord`)."""
+    return beam.pvalue.AsSingleton(entries | f"{name}ByRecord" >> beam.CombineGlobally(ByRecord()))
 
 
 def _thumbnails(batch: list[Document], wanted: dict) -> Iterator[tuple]:
@@ -110,23 +173,44 @@ def _thumbnails(batch: list[Document], wanted: dict) -> Iterator[tuple]:
 
 
 def _occurrences(batch: list[Document], key_of) -> list:
-    return [o for doc in batch for o in rules.occurrences(doc, key_of)]
+    """A batch's ``(key, occurrence)`` pairs as ``(partition, [pairs])``: one
+    element per partition of the keys the batch fills (:func:`part_of`), not
+    one per image (Beam's cost is per element)."""
+    parts: dict[int, list] = {}
+    for doc in batch:
+        for pair in rules.occurrences(doc, key_of):
+            parts.setdefault(part_of(pair[0]), []).append(pair)
+    return sorted(parts.items())
+
+
+def _key_groups(part) -> Iterator[tuple]:
+    """A partition's pairs from every batch → ``(key, [occurrences])`` per key."""
+    groups: dict = {}
+    for pairs in part[1]:
+        for key, occurrence in pairs:
+            groups.setdefault(key, []).append(occurrence)
+    return iter(sorted(groups.items()))
+
+
+BAND_PARTS = 8  # each band's buckets cross in this many partitions
 
 
 def _buckets(batch: list[Document], radius: int) -> list:
-    """A batch's hashes filed under their bands: one element per bucket the
-    batch fills (``((band, bits), [(node, hex), …])``), not one per image and
-    band: Beam's cost is per element, and a radius of 12 makes 13 bands."""
-    buckets: dict = {}
+    """A batch's hashes filed under their bands: one element per partition of
+    a band's buckets the batch fills (``((band, bits % BAND_PARTS), [(bits,
+    node, hex), …])``), not one per image and band, nor one per bucket: Beam's
+    cost is per element, and a radius of 12 makes 13 bands of 32 buckets.
+    :func:`_pairs_in_bucket` compares each bucket of a partition alone."""
+    parts: dict = {}
     for doc in batch:
         for position, image in enumerate(doc.images):
             value = image.meta.get(rules.PHASH)
             if value is None:
                 continue
-            node = ((doc.id, position), phash_hex(value))
-            for band in band_keys(value, radius):
-                buckets.setdefault(band, []).append(node)
-    return sorted(buckets.items())
+            node, hexed = (doc.id, position), phash_hex(value)
+            for band, bits in band_keys(value, radius):
+                parts.setdefault((band, bits % BAND_PARTS), []).append((bits, node, hexed))
+    return sorted(parts.items())
 
 
 def _removed_counts(entries: beam.PCollection, label: str) -> beam.PCollection:
@@ -162,49 +246,73 @@ class ExactImages(beam.PTransform):
         self._drop_document = drop_document
 
     def expand(self, batches):
-        name, dedup, max_repeats = self._name, self._dedup, self._max_repeats
-        key_of: Callable = rules.url_key if self._key == "url" else rules.bytes_key
+        name = self._name
         looked = batches | f"{name}Look" >> beam.ParDo(
-            Look(functools.partial(_occurrences, key_of=key_of), self._output)
+            Look({FOUND: _occurrences_of(self._key)}, self._output)
         ).with_outputs(FOUND, main="batches")
-        groups = looked[FOUND] | f"{name}ByKey" >> beam.GroupByKey()
-        removals = groups | f"{name}Decide" >> beam.FlatMap(_decided, dedup, max_repeats)
-        entries = [removals]
-        if self._key == "url":  # the copy kept counts the documents of the others
-            entries.append(
-                groups
-                | f"{name}Counted"
-                >> beam.FlatMap(lambda kv: [(r, (p, n)) for r, p, n in _kept(kv[1])])
-            )
-        entries = tuple(entries) | f"{name}Entries" >> beam.Flatten()
-        top = (
-            groups
-            | f"{name}Repeats"
-            >> beam.Map(lambda kv: (rules.documents_of(kv[1]), kv[0], min(kv[1])))
-            | f"{name}Top" >> beam.combiners.Top.Of(TOP, key=lambda t: (t[0], _reverse(t[1])))
-        )
-        wanted = top | f"{name}Wanted" >> beam.Map(
-            lambda found: {(o.record_id, o.position) for n, _, o in found if n > 1}
-        )
+        exact = _exact_decisions(looked[FOUND], name, self._key, self._dedup, self._max_repeats)
         applied = looked.batches | f"{name}Apply" >> beam.ParDo(
             ApplyRemovals(name, self._drop_document),
-            beam.pvalue.AsMultiMap(entries),
-            beam.pvalue.AsSingleton(wanted),
+            _by_record(exact.entries, name),
+            beam.pvalue.AsSingleton(exact.wanted),
         ).with_outputs(DROPPED, THUMBS, main="docs")
-        thumbs = applied[THUMBS]
-        report = (
-            batches.pipeline
-            | f"{name}Finish" >> beam.Create([None])
-            | f"{name}Report"
-            >> beam.Map(
-                _exact_report,
-                key=self._key,
-                removed=beam.pvalue.AsList(_removed_counts(removals, name)),
-                top=beam.pvalue.AsSingleton(top),
-                thumbs=beam.pvalue.AsList(thumbs),
-            )
-        )
+        report = _exact_report_of(exact, batches.pipeline, name, self._key, applied[THUMBS])
         return {"docs": applied.docs, "dropped": applied[DROPPED], "report": report}
+
+
+def _occurrences_of(key: str) -> Callable:
+    key_of: Callable = rules.url_key if key == "url" else rules.bytes_key
+    return functools.partial(_occurrences, key_of=key_of)
+
+
+@dataclasses.dataclass
+class _Exact:
+    """The exact rules' decisions (PCollections): the removals, every entry
+    for :class:`ApplyRemovals`, the most repeated keys and the images whose
+    thumbnails the report shows."""
+
+    removals: beam.PCollection
+    entries: beam.PCollection
+    top: beam.PCollection
+    wanted: beam.PCollection
+
+
+def _exact_decisions(found, name: str, key: str, dedup: bool, max_repeats) -> _Exact:
+    groups = (
+        found | f"{name}ByPart" >> beam.GroupByKey() | f"{name}ByKey" >> beam.FlatMap(_key_groups)
+    )
+    removals = groups | f"{name}Decide" >> beam.FlatMap(_decided, dedup, max_repeats)
+    entries = [removals]
+    if key == "url":  # the copy kept counts the documents of the others
+        entries.append(
+            groups
+            | f"{name}Counted" >> beam.FlatMap(lambda kv: [(r, (p, n)) for r, p, n in _kept(kv[1])])
+        )
+    entries = tuple(entries) | f"{name}Entries" >> beam.Flatten()
+    top = (
+        groups
+        | f"{name}Repeats" >> beam.Map(lambda kv: (rules.documents_of(kv[1]), kv[0], min(kv[1])))
+        | f"{name}Top" >> beam.combiners.Top.Of(TOP, key=lambda t: (t[0], _reverse(t[1])))
+    )
+    wanted = top | f"{name}Wanted" >> beam.Map(
+        lambda found: {(o.record_id, o.position) for n, _, o in found if n > 1}
+    )
+    return _Exact(removals, entries, top, wanted)
+
+
+def _exact_report_of(exact: _Exact, pipeline, name: str, key: str, thumbs) -> beam.PCollection:
+    return (
+        pipeline
+        | f"{name}Finish" >> beam.Create([None])
+        | f"{name}Report"
+        >> beam.Map(
+            _exact_report,
+            key=key,
+            removed=beam.pvalue.AsList(_removed_counts(exact.removals, name)),
+            top=beam.pvalue.AsSingleton(exact.top),
+            thumbs=beam.pvalue.AsList(thumbs),
+        )
+    )
 
 
 def _decided(item, dedup: bool, max_repeats) -> list:
@@ -235,20 +343,46 @@ def _exact_report(_, key, removed, top, thumbs) -> dict:
     return {"removed": dict(sorted(removed)), "most_repeated": repeated}
 
 
-def _pairs_in_bucket(item, radius: int, near: bool) -> Iterator[tuple]:
-    """A bucket's near pairs between images (``("edge", (a, b))``, with ``near``)
-    and an image's hit on an evaluation image (``("eval", node)``)."""
+def _pairs_in_bucket(
+    item, radius: int, near: bool, exact: dict | None = None, drop_document: bool = False
+) -> Iterator[tuple]:
+    """A partition's near pairs (each bucket compared alone) between images
+    (``("edge", (a, b))``, with ``near``) and an image's hit on an evaluation
+    image (``("eval", node)``). ``exact``:
+    the exact rules' entries by record (:class:`PostFetchImages`), whose
+    removed images are left out, as if they had gone before this rule."""
     (band, _), parts = item
-    # hashes cross as hex: Beam's integer coder stops at 2**63
-    members = [(node, int(value, 16)) for part in parts for node, value in part]
-    # an evaluation image's node is ("", index): no record id is empty
-    for a, b in near_pairs(members, radius, band):
-        if a[0] == "" and b[0] == "":
-            continue
-        if a[0] == "" or b[0] == "":
-            yield "eval", (b if a[0] == "" else a)
-        elif near:
-            yield "edge", (a, b)
+    buckets: dict = {}  # the partition's buckets, by the band's bits
+    for part in parts:
+        for bits, node, value in part:
+            if not exact or not _removed_before(node, exact, drop_document):
+                # hashes cross as hex: Beam's integer coder stops at 2**63
+                buckets.setdefault(bits, []).append((node, int(value, 16)))
+    for bits in sorted(buckets):
+        # an evaluation image's node is ("", index): no record id is empty
+        for a, b in near_pairs(buckets[bits], radius, band):
+            if a[0] == "" and b[0] == "":
+                continue
+            if a[0] == "" or b[0] == "":
+                yield "eval", (b if a[0] == "" else a)
+            elif near:
+                yield "edge", (a, b)
+
+
+def _removed_before(node: tuple[str, int], exact: dict, drop_document: bool) -> bool:
+    """Whether the exact rules removed the image ``node`` (or its record)."""
+    return any(
+        isinstance(why, str) and (drop_document or position == node[1])
+        for position, why in exact.get(node[0], ())
+    )
+
+
+def _after_exact(node: tuple[str, int], exact: dict) -> tuple[str, int]:
+    """An image's position once the exact rules' removals are applied to its
+    record (what the near rule saw when it ran after them)."""
+    record, position = node
+    before = {p for p, why in exact.get(record, ()) if isinstance(why, str) and p < position}
+    return record, position - len(before)
 
 
 class NearImages(beam.PTransform):
@@ -273,71 +407,190 @@ class NearImages(beam.PTransform):
         self._eval_hashes, self._sources = tuple(eval_hashes), tuple(sources)
 
     def expand(self, batches):
-        name, radius, near = self._name, self._radius, self._near
-        pipeline = batches.pipeline
+        name = self._name
         looked = batches | f"{name}Look" >> beam.ParDo(
-            Look(functools.partial(_buckets, radius=radius), self._output)
+            Look({FOUND: functools.partial(_buckets, radius=self._radius)}, self._output)
         ).with_outputs(FOUND, main="batches")
-        evals = pipeline | f"{name}EvalHashes" >> beam.Create(
-            [
-                (band, [(("", index), phash_hex(value))])
-                for index, value in enumerate(self._eval_hashes)
-                for band in band_keys(value, radius)
-            ]
-        )
-        found = (
-            (looked[FOUND], evals)
-            | f"{name}AllBuckets" >> beam.Flatten()
-            | f"{name}Buckets" >> beam.GroupByKey()
-            | f"{name}Pairs" >> beam.FlatMap(_pairs_in_bucket, radius=radius, near=near)
-        )
-        hits = (
-            found
-            | f"{name}Hits" >> beam.FlatMap(lambda f: [f[1]] if f[0] == "eval" else [])
-            | f"{name}OneHit" >> beam.Distinct()
-            | f"{name}HitEntries"
-            >> beam.Map(lambda node: (node[0], (node[1], rules.EVAL_CONTAMINATION)))
-        )
-        edges = found | f"{name}Edges" >> beam.FlatMap(lambda f: [f[1]] if f[0] == "edge" else [])
-        labels = _components(edges, name)
-        near_entries = labels | f"{name}NearEntries" >> beam.FlatMap(
-            lambda kv: [(r, (p, why)) for r, p, why in rules.near_removals([kv])]
-        )
-        entries = (hits, near_entries) | f"{name}Entries" >> beam.Flatten()
-        clusters = (
-            labels
-            | f"{name}ByLabel" >> beam.Map(lambda kv: (kv[1], kv[0]))
-            | f"{name}Clusters" >> beam.GroupByKey()
-            | f"{name}Sized" >> beam.Map(lambda kv: (len(kv[1]), kv[0], sorted(kv[1])))
-        )
-        largest = clusters | f"{name}Largest" >> beam.combiners.Top.Of(
-            CLUSTERS, key=lambda c: (c[0], _reverse_node(c[1]))
-        )
-        sizes = clusters | f"{name}CountClusters" >> beam.combiners.Count.Globally()
-        wanted = largest | f"{name}Wanted" >> beam.Map(
-            lambda top: {m for _, _, members in top for m in members[:CLUSTER_MEMBERS]}
+        near = _near_decisions(
+            looked[FOUND], batches.pipeline, name, self._radius, self._near, self._eval_hashes
         )
         applied = looked.batches | f"{name}Apply" >> beam.ParDo(
             ApplyRemovals(name, self._drop_document),
-            beam.pvalue.AsMultiMap(entries),
-            beam.pvalue.AsSingleton(wanted),
+            _by_record(near.entries, name),
+            beam.pvalue.AsSingleton(near.wanted),
         ).with_outputs(DROPPED, THUMBS, main="docs")
-        thumbs = applied[THUMBS]
-        report = (
-            pipeline
-            | f"{name}Finish" >> beam.Create([None])
-            | f"{name}Report"
-            >> beam.Map(
-                _near_report,
-                radius=radius,
-                sources=self._sources,
-                removed=beam.pvalue.AsList(_removed_counts(entries, name)),
-                largest=beam.pvalue.AsSingleton(largest),
-                clusters=beam.pvalue.AsSingleton(sizes),
-                thumbs=beam.pvalue.AsList(thumbs),
-            )
+        report = _near_report_of(
+            near, batches.pipeline, name, self._radius, self._sources, applied[THUMBS]
         )
         return {"docs": applied.docs, "dropped": applied[DROPPED], "report": report}
+
+
+@dataclasses.dataclass
+class _Near:
+    """The near rule's decisions (PCollections): every entry for
+    :class:`ApplyRemovals`, the largest clusters, how many clusters, and the
+    images whose thumbnails the report shows."""
+
+    entries: beam.PCollection
+    largest: beam.PCollection
+    sizes: beam.PCollection
+    wanted: beam.PCollection
+
+
+def _near_decisions(
+    buckets,
+    pipeline,
+    name: str,
+    radius: int,
+    near: bool,
+    eval_hashes: tuple[int, ...],
+    exact=None,
+    drop_document: bool = False,
+) -> _Near:
+    evals = pipeline | f"{name}EvalHashes" >> beam.Create(
+        [
+            ((band, bits % BAND_PARTS), [(bits, ("", index), phash_hex(value))])
+            for index, value in enumerate(eval_hashes)
+            for band, bits in band_keys(value, radius)
+        ]
+    )
+    leave_out = {} if exact is None else {"exact": exact, "drop_document": drop_document}
+    found = (
+        (buckets, evals)
+        | f"{name}AllBuckets" >> beam.Flatten()
+        | f"{name}Buckets" >> beam.GroupByKey()
+        | f"{name}Pairs" >> beam.FlatMap(_pairs_in_bucket, radius=radius, near=near, **leave_out)
+    )
+    hits = (
+        found
+        | f"{name}Hits" >> beam.FlatMap(lambda f: [f[1]] if f[0] == "eval" else [])
+        | f"{name}OneHit" >> beam.Distinct()
+        | f"{name}HitEntries"
+        >> beam.Map(lambda node: (node[0], (node[1], rules.EVAL_CONTAMINATION)))
+    )
+    edges = found | f"{name}Edges" >> beam.FlatMap(lambda f: [f[1]] if f[0] == "edge" else [])
+    labels = _components(edges, name)
+    near_entries = labels | f"{name}NearEntries" >> beam.FlatMap(
+        lambda kv: [(r, (p, why)) for r, p, why in rules.near_removals([kv])]
+    )
+    entries = (hits, near_entries) | f"{name}Entries" >> beam.Flatten()
+    clusters = (
+        labels
+        | f"{name}ByLabel" >> beam.Map(lambda kv: (kv[1], kv[0]))
+        | f"{name}Clusters" >> beam.GroupByKey()
+        | f"{name}Sized" >> beam.Map(lambda kv: (len(kv[1]), kv[0], sorted(kv[1])))
+    )
+    largest = clusters | f"{name}Largest" >> beam.combiners.Top.Of(
+        CLUSTERS, key=lambda c: (c[0], _reverse_node(c[1]))
+    )
+    sizes = clusters | f"{name}CountClusters" >> beam.combiners.Count.Globally()
+    wanted = largest | f"{name}Wanted" >> beam.Map(
+        lambda top: {m for _, _, members in top for m in members[:CLUSTER_MEMBERS]}
+    )
+    return _Near(entries, largest, sizes, wanted)
+
+
+def _near_report_of(
+    near: _Near, pipeline, name: str, radius: int, sources, thumbs, exact=None
+) -> beam.PCollection:
+    return (
+        pipeline
+        | f"{name}Finish" >> beam.Create([None])
+        | f"{name}Report"
+        >> beam.Map(
+            _near_report,
+            radius=radius,
+            sources=sources,
+            removed=beam.pvalue.AsList(_removed_counts(near.entries, name)),
+            largest=beam.pvalue.AsSingleton(near.largest),
+            clusters=beam.pvalue.AsSingleton(near.sizes),
+            thumbs=beam.pvalue.AsList(thumbs),
+            **({} if exact is None else {"exact": exact}),
+        )
+    )
+
+
+class PostFetchImages(beam.PTransform):
+    """The exact rules by bytes (``exact_name``) and the near rule
+    (``near_name``) in one pass over the batches: each batch is looked at,
+    written to the stash and read back once, not once per rule, and the
+    removals of both are applied together. The decisions are those of the two
+    steps one after the other: the images the exact rules remove are left out
+    of the near rule's buckets (:func:`_pairs_in_bucket`), so they join no
+    cluster, and the near report gives positions as they are after the exact
+    removals. Returns ``{"docs", "dropped", "report", "dropped_near",
+    "report_near"}``."""
+
+    def __init__(
+        self,
+        exact_name: str,
+        near_name: str,
+        dedup: bool,
+        max_repeats,
+        radius: int,
+        near: bool,
+        drop_document: bool,
+        eval_hashes: tuple[int, ...] = (),
+        sources: tuple[dict, ...] = (),
+        output: str | None = None,
+    ):
+        super().__init__()
+        self._exact_name, self._near_name = exact_name, near_name
+        self._dedup, self._max_repeats = dedup, max_repeats
+        self._radius, self._near = radius, near
+        self._drop_document = drop_document
+        self._eval_hashes, self._sources = tuple(eval_hashes), tuple(sources)
+        self._output = output
+
+    def expand(self, batches):
+        pipeline = batches.pipeline
+        exact_name, near_name = self._exact_name, self._near_name
+        looks = {
+            FOUND: _occurrences_of("bytes"),
+            BUCKETS: functools.partial(_buckets, radius=self._radius),
+        }
+        looked = batches | f"{exact_name}Look" >> beam.ParDo(
+            Look(looks, self._output)
+        ).with_outputs(FOUND, BUCKETS, main="batches")
+        exact = _exact_decisions(looked[FOUND], exact_name, "bytes", self._dedup, self._max_repeats)
+        removed = beam.pvalue.AsSingleton(
+            exact.entries | f"{exact_name}ByRecord" >> beam.CombineGlobally(ByRecord())
+        )
+        near = _near_decisions(
+            looked[BUCKETS],
+            pipeline,
+            near_name,
+            self._radius,
+            self._near,
+            self._eval_hashes,
+            exact=removed,
+            drop_document=self._drop_document,
+        )
+        entries = (exact.entries, near.entries) | f"{near_name}Both" >> beam.Flatten()
+        wanted = (
+            (exact.wanted, near.wanted)
+            | f"{near_name}BothWanted" >> beam.Flatten()
+            | f"{near_name}AllWanted" >> beam.CombineGlobally(_union_of)
+        )
+        applied = looked.batches | f"{exact_name}Apply" >> beam.ParDo(
+            ApplyRemovals(exact_name, self._drop_document, near_stage=near_name),
+            _by_record(entries, f"{near_name}Both"),
+            beam.pvalue.AsSingleton(wanted),
+        ).with_outputs(DROPPED, DROPPED_NEAR, THUMBS, main="docs")
+        thumbs = applied[THUMBS]
+        return {
+            "docs": applied.docs,
+            "dropped": applied[DROPPED],
+            "report": _exact_report_of(exact, pipeline, exact_name, "bytes", thumbs),
+            "dropped_near": applied[DROPPED_NEAR],
+            "report_near": _near_report_of(
+                near, pipeline, near_name, self._radius, self._sources, thumbs, exact=removed
+            ),
+        }
+
+
+def _union_of(sets: Iterable[set]) -> set:
+    return set().union(*sets)
 
 
 def _reverse_node(node: tuple[str, int]) -> tuple:
@@ -391,18 +644,25 @@ def _components(edges: beam.PCollection, name: str) -> beam.PCollection:
     )
 
 
-def _near_report(_, radius, sources, removed, largest, clusters, thumbs) -> dict:
+def _near_report(_, radius, sources, removed, largest, clusters, thumbs, exact=None) -> dict:
+    """``exact``: the exact rules' entries by record, when they were applied in
+    the same pass: positions are then given as they are after those removals."""
     thumbnails = dict(thumbs)
+
+    def where(node) -> tuple[str, int]:
+        return node if exact is None else _after_exact(node, exact)
+
     shown = []
     for size, label, members in sorted(largest, key=lambda c: (-c[0], c[1])):
+        kept = where(label)
         shown.append(
             {
                 "size": size,
-                "kept": {"record_id": label[0], "position": label[1]},
+                "kept": {"record_id": kept[0], "position": kept[1]},
                 "members": [
                     {
                         "record_id": m[0],
-                        "position": m[1],
+                        "position": where(m)[1],
                         **(
                             {"url": thumbnails[m][0], "thumbnail": thumbnails[m][1]}
                             if m in thumbnails
@@ -449,9 +709,18 @@ def image_urls_step(stage, batches, build):
     return _exact_step(stage, batches, build, "url")
 
 
+NEAR_STAGE = "near_duplicate_images"
+_DEFERRED = "duplicate_images_deferred"  # build.outputs: the exact step left to the near one
+
+
 def image_bytes_step(stage, batches, build):
     """After the fetch: one record per image body, by sha256, and the repeats
-    of a body under several URLs."""
+    of a body under several URLs. When the near stage comes next, both run in
+    one pass (:class:`PostFetchImages`, in :func:`near_images_step`)."""
+    names = build.names
+    if stage.name in names[:-1] and names[names.index(stage.name) + 1] == NEAR_STAGE:
+        build.outputs[_DEFERRED] = stage
+        return batches
     return _exact_step(stage, batches, build, "bytes")
 
 
@@ -462,6 +731,25 @@ def near_images_step(stage, batches, build):
 
     settings = rules.image_dedup(build.settings)
     sources = [read_eval_images(p) for p in settings.decontaminate]  # the image sources only
+    exact_stage = build.outputs.pop(_DEFERRED, None)
+    if exact_stage is not None:
+        both = batches | stage.name >> PostFetchImages(
+            exact_stage.name,
+            stage.name,
+            settings.exact,
+            settings.max_repeats,
+            settings.distance,
+            settings.near,
+            build.spec.drop_on_image_failure,
+            eval_hashes=tuple(h for source in sources for h in source.hashes),
+            sources=tuple(source.summary() for source in sources),
+            output=build.settings.output,
+        )
+        build.dropped(exact_stage.name, both["dropped"])
+        build.report(exact_stage.name, both["report"])
+        build.dropped(stage.name, both["dropped_near"])
+        build.report(stage.name, both["report_near"])
+        return both["docs"]
     found = batches | stage.name >> NearImages(
         stage.name,
         settings.distance,

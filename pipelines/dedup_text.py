@@ -6,7 +6,10 @@
 
 No step holds every signature: a record's signature is computed, cut into band
 keys and dropped on the worker that holds the record; only (key, id) pairs
-cross, and only groups of two or more ids become edges. The components are
+cross, and only groups of two or more ids become edges. The pairs cross in
+:data:`PARTS` partitions of the keys (one element per partition a batch
+fills, grouped by partition, then by key inside it), since Beam's cost is
+per element: a record's 15 keys would be 15 elements. The components are
 found by a combine over the edges (a union-find per bundle, merged), so what
 one place holds is proportional to the duplicates, not to the records; the
 duplicates' ids reach every worker as one side input. The copy kept is the
@@ -20,7 +23,8 @@ runner, the worker count or the order the records arrive in.
 from __future__ import annotations
 
 import collections
-from typing import Iterator
+import zlib
+from typing import Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -56,23 +60,46 @@ from pipelines.transforms import DROPPED, route_batch
 _EXACT_KEYS, _BAND_KEYS = "exact_keys", "band_keys"
 
 
+PARTS = 64  # the keys' partitions (module doc)
+
+
+def part_of(key: bytes | str) -> int:
+    """The partition of a key (an exact hash in hex, or a band key): the same
+    in every process (crc32, not Python's salted ``hash``).
+
+    >>> part_of("00ff"), part_of(b"ab")
+    (33, 45)
+    """
+    return zlib.crc32(key if isinstance(key, bytes) else key.encode("utf-8")) % PARTS
+
+
 class TextKeys(beam.DoFn):
-    """A batch → (exact hash, id) and, for ``near``, (band key, id) for each record with text."""
+    """A batch → its (exact hash, id) pairs and, for ``near``, its (band key,
+    id) pairs of each record with text, as ``(partition, [(key, id), …])``:
+    one element per partition the batch fills, not one per key (Beam's cost
+    is per element, and ``near`` makes 15 keys a record)."""
 
     def __init__(self, mode: str, minhash: MinHashSettings):
         self._mode, self._minhash = mode, minhash
 
     def process(self, batch: list[Document]) -> Iterator:
+        exact: dict[int, list] = {}
+        bands: dict[int, list] = {}
         for document in batch:
             text = record_text(document)
             if not text.strip():
                 continue
-            yield beam.pvalue.TaggedOutput(_EXACT_KEYS, (text_hash(text), document.id))
+            key = text_hash(text)
+            exact.setdefault(part_of(key), []).append((key, document.id))
             if self._mode == NEAR:
                 values = signature(text, self._minhash)
                 if values is not None:
                     for key in signature_band_keys(values, self._minhash):
-                        yield beam.pvalue.TaggedOutput(_BAND_KEYS, (key, document.id))
+                        bands.setdefault(part_of(key), []).append((key, document.id))
+        for part, pairs in sorted(exact.items()):
+            yield beam.pvalue.TaggedOutput(_EXACT_KEYS, (part, pairs))
+        for part, pairs in sorted(bands.items()):
+            yield beam.pvalue.TaggedOutput(_BAND_KEYS, (part, pairs))
 
 
 def group_edges(group: tuple[bytes | str, list[str]]) -> Iterator[tuple[str, str]]:
@@ -83,6 +110,21 @@ def group_edges(group: tuple[bytes | str, list[str]]) -> Iterator[tuple[str, str
     """
     ids = sorted(set(group[1]))
     return ((ids[0], other) for other in ids[1:])
+
+
+def partition_edges(part: tuple[int, Iterable[list]]) -> Iterator[tuple[str, str]]:
+    """A partition's pairs from every batch → the edges of each key's group.
+
+    >>> list(partition_edges((3, [[("k", "c"), ("j", "d")], [("k", "a")]])))
+    [('a', 'c')]
+    """
+    groups: dict = {}
+    for pairs in part[1]:
+        for key, record in pairs:
+            groups.setdefault(key, []).append(record)
+    for group in groups.items():
+        if len(group[1]) > 1:
+            yield from group_edges(group)
 
 
 class Components(beam.CombineFn):
@@ -180,14 +222,14 @@ class DedupText(beam.PTransform):
         exact = (
             keys[_EXACT_KEYS]
             | f"{name}GroupExact" >> beam.GroupByKey()
-            | f"{name}ExactEdges" >> beam.FlatMap(group_edges)
+            | f"{name}ExactEdges" >> beam.FlatMap(partition_edges)
             | f"{name}ExactComponents" >> beam.CombineGlobally(Components())
         )
         if self._mode == NEAR:
             near = (
                 keys[_BAND_KEYS]
                 | f"{name}GroupBands" >> beam.GroupByKey()
-                | f"{name}BandEdges" >> beam.FlatMap(group_edges)
+                | f"{name}BandEdges" >> beam.FlatMap(partition_edges)
                 | f"{name}NearComponents" >> beam.CombineGlobally(Components())
             )
         else:

@@ -43,6 +43,7 @@ class Steps:
     reports: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
     removed: list[Any] = dataclasses.field(default_factory=list)
     outputs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    names: tuple[str, ...] = ()  # the stages being applied, in order (run_stages sets it)
 
     def dropped(self, stage: str, drops) -> None:
         """``drops`` (a PCollection of :class:`~corpora.record.Drop`) are the stage's."""
@@ -68,6 +69,8 @@ def wrapper(stage: Stage) -> Step:
 def run_stages(stages: Iterable[Stage], build: Steps):
     """Apply ``stages`` in order (the first, ``read``, takes no batches);
     returns what the last one returns."""
+    stages = tuple(stages)
+    build.names = tuple(stage.name for stage in stages)
     batches = None
     for stage in stages:
         batches = wrapper(stage)(stage, batches, build)

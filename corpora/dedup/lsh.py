@@ -28,6 +28,8 @@ from typing import Hashable, Iterable, Sequence
 
 from corpora.dedup.phash import PHASH_BITS
 
+ROWS = 256  # near_pairs: members compared at once, a ROWS x n table of distances
+
 
 def bands(radius: int, bits: int = PHASH_BITS) -> tuple[tuple[int, int], ...]:
     """``radius + 1`` bands (shift, width) that cover ``bits``, as even as they go.
@@ -71,7 +73,8 @@ def near_pairs(
     at most ``radius`` bits apart. ``band``: the bucket's band, whose pairs are
     reported only if it is the first band they share (each pair from one bucket).
 
-    Compared all at once with numpy (a bucket of n members costs n² XORs, in C).
+    Compared with numpy, :data:`ROWS` members against all the others at a time
+    (a bucket of n members costs n² XORs, in C, and n / ROWS numpy calls).
     """
     import numpy as np
 
@@ -80,11 +83,13 @@ def near_pairs(
     members = sorted(members)
     hashes = np.array([h for _, h in members], dtype=np.uint64)
     pairs = []
-    for i in range(len(members) - 1):
-        distances = _popcount(hashes[i + 1 :] ^ hashes[i])
-        for j in np.flatnonzero(distances <= radius):
-            key_b, hash_b = members[i + 1 + int(j)]
-            key_a, hash_a = members[i]
+    for start in range(0, len(members) - 1, ROWS):
+        rows = hashes[start : start + ROWS]
+        near = _popcount(rows[:, None] ^ hashes[None, :]) <= radius
+        # only j > i: each pair once, in the order of (i, j)
+        near &= np.arange(len(hashes))[None, :] > np.arange(start, start + len(rows))[:, None]
+        for i, j in zip(*np.nonzero(near)):
+            (key_a, hash_a), (key_b, hash_b) = members[start + int(i)], members[int(j)]
             if band is None or first_shared_band(hash_a, hash_b, radius) == band:
                 pairs.append((key_a, key_b))
     return pairs

@@ -31,19 +31,28 @@ PHASH_BITS = 64
 # are 24 bits apart or more.
 DEFAULT_DISTANCE = 12
 PRESHRINK = 64
+HASH_SIDE, HIGHFREQ_FACTOR = 8, 4  # imagehash.phash's defaults: 8 x 8 bits of a 32 x 32 DCT
 
 
 def phash_of_pixels(pixels) -> int:
-    """The 64-bit pHash of OpenCV pixels (BGR, BGRA or one grey channel), as an int."""
+    """The 64-bit pHash of OpenCV pixels (BGR, BGRA or one grey channel), as an int.
+
+    The bits are ``imagehash.phash``'s (its 32 x 32 Lanczos resize, the same
+    SciPy DCT, its median; tests/corpora/dedup/test_phash.py checks them
+    equal), computed without its per-call overhead: no grey conversion of an
+    image already grey, no hex string, and a median of 64 values by sorting
+    them (a third of this function's CPU went to ``np.median`` and the
+    string, measured in the fetch stage at 2,000 photos).
+    """
     import cv2
-    import imagehash
     import numpy as np
     from PIL import Image
+    from scipy.fftpack import dct
 
     height, width = pixels.shape[:2]
     step = min(height, width) // (2 * PRESHRINK)
     if step > 1:  # every step-th pixel first: the area filter then averages 2 x 2 or more
-        pixels = pixels[::step, ::step]
+        pixels = _every(pixels, step)
     if pixels.ndim == 3:
         code = cv2.COLOR_BGRA2GRAY if pixels.shape[2] == 4 else cv2.COLOR_BGR2GRAY
         pixels = cv2.cvtColor(np.ascontiguousarray(pixels), code)
@@ -51,7 +60,32 @@ def phash_of_pixels(pixels) -> int:
         pixels = cv2.resize(pixels, (PRESHRINK, PRESHRINK), interpolation=cv2.INTER_AREA)
     if pixels.dtype != "uint8":  # 16-bit PNGs decoded unchanged
         pixels = (pixels >> 8).astype("uint8")
-    return int(str(imagehash.phash(Image.fromarray(pixels))), 16)
+    side = HASH_SIDE * HIGHFREQ_FACTOR
+    small = np.asarray(Image.fromarray(pixels).resize((side, side), Image.LANCZOS))
+    low = dct(dct(small, axis=0), axis=1)[:HASH_SIDE, :HASH_SIDE]
+    ordered = np.sort(low, axis=None)
+    middle = ordered.size // 2  # np.median of an even count: the mean of the middle two
+    median = (ordered[middle - 1] + ordered[middle]) / 2
+    return int.from_bytes(np.packbits(low > median).tobytes(), "big")
+
+
+def _every(pixels, step: int):
+    """``pixels[::step, ::step]``, copied whole pixels at a time (numpy copies a
+    strided view of a colour image byte by byte, a third slower).
+
+    >>> import numpy as np
+    >>> pixels = np.arange(5 * 7 * 3, dtype=np.uint8).reshape(5, 7, 3)
+    >>> bool((_every(pixels, 3) == pixels[::3, ::3]).all()), _every(pixels, 3).shape
+    (True, (2, 3, 3))
+    """
+    import numpy as np
+
+    if pixels.ndim != 3 or not pixels.flags.c_contiguous:
+        return np.ascontiguousarray(pixels[::step, ::step])
+    height, width, channels = pixels.shape
+    whole = pixels.view(np.dtype((np.void, channels * pixels.itemsize)))  # (height, width, 1)
+    taken = np.ascontiguousarray(whole[::step, ::step])
+    return taken.view(pixels.dtype).reshape(taken.shape[0], taken.shape[1], channels)
 
 
 def phash_of_image(data: bytes) -> int:

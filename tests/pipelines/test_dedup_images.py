@@ -16,7 +16,7 @@ from corpora.dedup.phash import DEFAULT_DISTANCE, phash_of_image
 from corpora.fetch import attach_images, process_image
 from corpora.fetch.settings import FetchSettings
 from corpora.record import Document, ImageChunk, TextChunk
-from pipelines.dedup_images import ExactImages, NearImages
+from pipelines.dedup_images import ExactImages, NearImages, PostFetchImages
 from tests.dedup_photos import EXACT, NEAR, planted
 from tests.pipelines.direct import direct_pipeline
 
@@ -170,3 +170,60 @@ def test_the_components_combine_gives_the_union_find_reference_however_pairs_are
             parts[index < cut] = combine.add_input(parts[index < cut], edge)
         merged = combine.merge_accumulators(parts)
         assert combine.extract_output(merged) == expected
+
+
+def test_one_pass_decides_as_the_exact_then_the_near_step(tmp_path):
+    """PostFetchImages (both rules over one stash pass, what a build runs) gives
+    the records, drops and reports of ExactImages then NearImages, on documents
+    of three images where an exact copy comes before a near duplicate (the near
+    report's positions are those after the exact removals), for documents
+    (images removed) and pairs (records dropped), in one pipeline."""
+    photos = planted()
+    keys = sorted(photos)
+    order = [keys[(7 * i) % len(keys)] for i in range(len(keys))]  # copies spread over documents
+    outcomes = {f"http://x/{p}/{v}": process_image(photos[p, v], SETTINGS) for p, v in order}
+    docs = []
+    for index in range(0, len(order), 3):
+        urls = [f"http://x/{p}/{v}" for p, v in order[index : index + 3]]
+        chunks = tuple(c for u in urls for c in (ImageChunk(u), TextChunk(u)))
+        docs.append(attach_images(Document(f"{index:03d}", "mmc4", chunks), outcomes, False))
+    pipeline = direct_pipeline(1)
+    batches = pipeline | beam.Create([docs[i : i + 5] for i in range(0, len(docs), 5)])
+    output = str(tmp_path / "out")
+    names = ("duplicate_images", "near_duplicate_images")
+    results = {}
+    for drop in (False, True):
+        exact = batches | f"Exact{drop}" >> ExactImages(
+            names[0], "bytes", True, None, drop, output=output
+        )
+        near = exact["docs"] | f"Near{drop}" >> NearImages(
+            names[1], DEFAULT_DISTANCE, True, drop, output=output
+        )
+        both = batches | f"Both{drop}" >> PostFetchImages(
+            *names, True, None, DEFAULT_DISTANCE, True, drop, output=output
+        )
+        sides = {
+            "two": (near["docs"], (exact["dropped"], near["dropped"]), exact["report"],
+                    near["report"]),
+            "one": (both["docs"], (both["dropped"], both["dropped_near"]), both["report"],
+                    both["report_near"]),
+        }  # fmt: skip
+        for side, (kept, drops, exact_report, near_report) in sides.items():
+            name = f"{side}{drop}"
+            results[name + "kept"] = kept | f"{name}Kept" >> beam.FlatMap(
+                lambda batch: [(d.id, [c.url for c in d.images], d.meta) for d in batch]
+            )
+            results[name + "drops"] = (
+                drops
+                | f"{name}Drops" >> beam.Flatten()
+                | f"{name}Reasons" >> beam.Map(lambda d: (d.record_id, d.reason))
+            )
+            results[name + "exact"], results[name + "near"] = exact_report, near_report
+    seen = _collect(pipeline, results, str(tmp_path))
+    for drop in (False, True):
+        for what in ("kept", "drops", "exact", "near"):
+            one, two = seen[f"one{drop}{what}"], seen[f"two{drop}{what}"]
+            assert sorted(map(repr, one)) == sorted(map(repr, two)), (drop, what)
+        assert seen[f"two{drop}near"][0]["removed"]  # the near rule removed something
+    assert any(d[2].get("images_removed") for d in seen["twoFalsekept"])
+    assert seen["twoTruedrops"]
