@@ -50,7 +50,8 @@ STASH = ".corpora/images"  # under the build's output; removed once the manifest
 RECORDS = ".corpora/records"  # batches of records as read, spread over the workers
 DOCUMENTS = ".corpora/documents"  # the tokenized documents, images as references
 SEQUENCES = ".corpora/sequences"  # a text build's packed groups, one file per group
-STASHES = (STASH, RECORDS, DOCUMENTS, SEQUENCES)
+INDEX_PARTS = ".corpora/index"  # each batch's dedup index rows, merged into dedup_index.parquet
+STASHES = (STASH, RECORDS, DOCUMENTS, SEQUENCES, INDEX_PARTS)
 STASHED = "stashed"  # an image chunk's meta key: (tar, offset, size, sha256) of its bytes
 _SPLIT = "images"
 
