@@ -38,6 +38,7 @@ from pipelines.dedup_images import (
     ApplyRemovals,
     Components,
     Look,
+    by_record,
 )
 from pipelines.transforms import DROPPED
 
@@ -81,9 +82,9 @@ class ClipNearImages(beam.PTransform):
 
     def expand(self, batches):
         name, threshold = self._name, self._threshold
-        looked = batches | f"{name}Look" >> beam.ParDo(Look(_buckets, self._output)).with_outputs(
-            FOUND, main="batches"
-        )
+        looked = batches | f"{name}Look" >> beam.ParDo(
+            Look({FOUND: _buckets}, self._output)
+        ).with_outputs(FOUND, main="batches")
         edges = (
             looked[FOUND]
             | f"{name}Buckets" >> beam.GroupByKey()
@@ -113,7 +114,7 @@ class ClipNearImages(beam.PTransform):
         )
         applied = looked.batches | f"{name}Apply" >> beam.ParDo(
             ApplyRemovals(name, self._drop_document),
-            beam.pvalue.AsMultiMap(entries),
+            by_record(entries, name),
             beam.pvalue.AsSingleton(wanted),
         ).with_outputs(DROPPED, THUMBS, main="docs")
         docs = applied.docs | f"{name}Strip" >> beam.Map(_without_embeddings)

@@ -160,7 +160,7 @@ class ByRecord(beam.CombineFn):
         return found
 
 
-def _by_record(entries: beam.PCollection, name: str) -> beam.pvalue.AsSingleton:
+def by_record(entries: beam.PCollection, name: str) -> beam.pvalue.AsSingleton:
     """The removals as one side input (:class:`ByRecord`)."""
     return beam.pvalue.AsSingleton(entries | f"{name}ByRecord" >> beam.CombineGlobally(ByRecord()))
 
@@ -253,7 +253,7 @@ class ExactImages(beam.PTransform):
         exact = _exact_decisions(looked[FOUND], name, self._key, self._dedup, self._max_repeats)
         applied = looked.batches | f"{name}Apply" >> beam.ParDo(
             ApplyRemovals(name, self._drop_document),
-            _by_record(exact.entries, name),
+            by_record(exact.entries, name),
             beam.pvalue.AsSingleton(exact.wanted),
         ).with_outputs(DROPPED, THUMBS, main="docs")
         report = _exact_report_of(exact, batches.pipeline, name, self._key, applied[THUMBS])
@@ -416,7 +416,7 @@ class NearImages(beam.PTransform):
         )
         applied = looked.batches | f"{name}Apply" >> beam.ParDo(
             ApplyRemovals(name, self._drop_document),
-            _by_record(near.entries, name),
+            by_record(near.entries, name),
             beam.pvalue.AsSingleton(near.wanted),
         ).with_outputs(DROPPED, THUMBS, main="docs")
         report = _near_report_of(
@@ -574,7 +574,7 @@ class PostFetchImages(beam.PTransform):
         )
         applied = looked.batches | f"{exact_name}Apply" >> beam.ParDo(
             ApplyRemovals(exact_name, self._drop_document, near_stage=near_name),
-            _by_record(entries, f"{near_name}Both"),
+            by_record(entries, f"{near_name}Both"),
             beam.pvalue.AsSingleton(wanted),
         ).with_outputs(DROPPED, DROPPED_NEAR, THUMBS, main="docs")
         thumbs = applied[THUMBS]
