@@ -419,7 +419,7 @@ def plain_loop(input_path: str, output: str, tokenizer: str, seq_len: int) -> No
             while len(tokens) >= seq_len:
                 rows.append(tokens[:seq_len])
                 del tokens[:seq_len]
-            if len(rows) == 1000:
+            if len(rows) >= 1000:  # a long document can add several rows at once
                 np.save(os.path.join(output, f"{part:06d}.npy"), np.array(rows, np.int32))
                 rows, part = [], part + 1
     if rows:
