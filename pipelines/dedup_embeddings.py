@@ -32,13 +32,13 @@ from corpora.dedup.images import NEAR_DUPLICATE_IMAGE, near_removals
 from corpora.record import Document
 from pipelines.dedup_images import (
     CLUSTER_MEMBERS,
-    CLUSTERS,
     FOUND,
     THUMBS,
     ApplyRemovals,
     Components,
     Look,
     by_record,
+    cluster_summary,
 )
 from pipelines.transforms import DROPPED
 
@@ -64,11 +64,6 @@ def _pairs_in_bucket(item, threshold: float) -> list:
 
 def _without_embeddings(batch: list[Document]) -> list[Document]:
     return [rule.without_embeddings(doc) for doc in batch]
-
-
-def _reverse_node(node: tuple[str, int]) -> tuple:
-    """A key that sorts nodes descending, so Top's ties go to the smallest."""
-    return tuple(-ord(c) for c in node[0]) + (1, -node[1])
 
 
 class ClipNearImages(beam.PTransform):
@@ -99,19 +94,7 @@ class ClipNearImages(beam.PTransform):
             lambda kv: [(r, (p, why)) for r, p, why in near_removals([kv])]
         )
         removed = entries | f"{name}Removed" >> beam.combiners.Count.Globally()
-        clusters = (
-            labels
-            | f"{name}ByLabel" >> beam.Map(lambda kv: (kv[1], kv[0]))
-            | f"{name}Clusters" >> beam.GroupByKey()
-            | f"{name}Sized" >> beam.Map(lambda kv: (len(kv[1]), kv[0], sorted(kv[1])))
-        )
-        largest = clusters | f"{name}Largest" >> beam.combiners.Top.Of(
-            CLUSTERS, key=lambda c: (c[0], _reverse_node(c[1]))
-        )
-        sizes = clusters | f"{name}CountClusters" >> beam.combiners.Count.Globally()
-        wanted = largest | f"{name}Wanted" >> beam.Map(
-            lambda top: {m for _, _, members in top for m in members[:CLUSTER_MEMBERS]}
-        )
+        largest, sizes, wanted = cluster_summary(labels, name)
         applied = looked.batches | f"{name}Apply" >> beam.ParDo(
             ApplyRemovals(name, self._drop_document),
             by_record(entries, name),

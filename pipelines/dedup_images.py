@@ -474,6 +474,13 @@ def _near_decisions(
         lambda kv: [(r, (p, why)) for r, p, why in rules.near_removals([kv])]
     )
     entries = (hits, near_entries) | f"{name}Entries" >> beam.Flatten()
+    return _Near(entries, *cluster_summary(labels, name))
+
+
+def cluster_summary(labels: beam.PCollection, name: str) -> tuple:
+    """What a report shows of the clusters ``labels`` (node → its cluster's
+    label) make: the :data:`CLUSTERS` largest (size, label, members), how
+    many there are, and the members whose thumbnails it wants."""
     clusters = (
         labels
         | f"{name}ByLabel" >> beam.Map(lambda kv: (kv[1], kv[0]))
@@ -487,7 +494,7 @@ def _near_decisions(
     wanted = largest | f"{name}Wanted" >> beam.Map(
         lambda top: {m for _, _, members in top for m in members[:CLUSTER_MEMBERS]}
     )
-    return _Near(entries, largest, sizes, wanted)
+    return largest, sizes, wanted
 
 
 def _near_report_of(
@@ -731,6 +738,11 @@ def near_images_step(stage, batches, build):
 
     settings = rules.image_dedup(build.settings)
     sources = [read_eval_images(p) for p in settings.decontaminate]  # the image sources only
+    evaluation = {  # the near rule's evaluation images, and where it stashes batches
+        "eval_hashes": tuple(h for source in sources for h in source.hashes),
+        "sources": tuple(source.summary() for source in sources),
+        "output": build.settings.output,
+    }
     exact_stage = build.outputs.pop(_DEFERRED, None)
     if exact_stage is not None:
         both = batches | stage.name >> PostFetchImages(
@@ -741,9 +753,7 @@ def near_images_step(stage, batches, build):
             settings.distance,
             settings.near,
             build.spec.drop_on_image_failure,
-            eval_hashes=tuple(h for source in sources for h in source.hashes),
-            sources=tuple(source.summary() for source in sources),
-            output=build.settings.output,
+            **evaluation,
         )
         build.dropped(exact_stage.name, both["dropped"])
         build.report(exact_stage.name, both["report"])
@@ -755,9 +765,7 @@ def near_images_step(stage, batches, build):
         settings.distance,
         settings.near,
         build.spec.drop_on_image_failure,
-        eval_hashes=tuple(h for source in sources for h in source.hashes),
-        sources=tuple(source.summary() for source in sources),
-        output=build.settings.output,
+        **evaluation,
     )
     build.dropped(stage.name, found["dropped"])
     build.report(stage.name, found["report"])
