@@ -186,22 +186,7 @@ class ReadSource(beam.DoFn):
         )
         batch, size = [], smallest
         with readable_file.open() as stream:
-            if self._lines:  # (path, [(line number, raw line), ...]) blocks, parsed by the workers
-                for number, raw in iter_lines(stream, path, self._settings.max_line_bytes):
-                    units += 1
-                    self._count(1, stream)
-                    batch.append((number, raw))
-                    if len(batch) == size:
-                        yield path, batch
-                        batch, size = [], min(2 * size, largest)
-                self._bytes_done += getattr(readable_file.metadata, "size_in_bytes", 0) or 0
-                self._count(0)
-                if batch:
-                    yield path, batch
-                Metrics.counter(NAMESPACE, "input").inc(units)
-                yield beam.pvalue.TaggedOutput(INPUT, units)
-                return
-            for result in self._spec.read(stream, path, self._settings):
+            for result in self._items(stream, path):
                 if isinstance(result, Drop):
                     units += result.count
                     self._count(result.count, stream)
@@ -213,13 +198,27 @@ class ReadSource(beam.DoFn):
                     result = result.with_meta(**{fetch.STORE_SPLIT: split})
                 batch.append(result)
                 if len(batch) == size:
-                    yield from route_batch(batch, "read")
+                    yield from self._batch(path, batch)
                     batch, size = [], min(2 * size, largest)
         self._bytes_done += getattr(readable_file.metadata, "size_in_bytes", 0) or 0
         self._count(0)
-        yield from route_batch(batch, "read")
+        yield from self._batch(path, batch)
         Metrics.counter(NAMESPACE, "input").inc(units)
         yield beam.pvalue.TaggedOutput(INPUT, units)
+
+    def _items(self, stream, path: str) -> Iterable:
+        """The corpus's records and drops, or with ``lines`` its raw lines as
+        ``(line number, raw line)``, which the workers parse (:class:`ParseLines`)."""
+        if self._lines:
+            return iter_lines(stream, path, self._settings.max_line_bytes)
+        return self._spec.read(stream, path, self._settings)
+
+    def _batch(self, path: str, batch: list) -> Iterable:
+        """What leaves with a batch: its records (and, without ``lines``, their
+        counters), or with ``lines`` the block ``(path, lines)``; nothing when empty."""
+        if self._lines:
+            return [(path, batch)] if batch else []
+        return route_batch(batch, "read")
 
 
 class ParseLines(beam.DoFn):
