@@ -42,7 +42,7 @@ from corpora.dedup.lsh import band_keys, near_pairs
 from corpora.dedup.phash import phash_hex
 from corpora.record import Document, Drop
 from corpora.store.stash import RECORDS
-from pipelines.dedup_text import part_of
+from pipelines.dedup_text import key_groups, partitioned
 from pipelines.store import StashReader, stash_files, stashed
 from pipelines.transforms import DROPPED, NAMESPACE, route_batch
 
@@ -174,22 +174,9 @@ def _thumbnails(batch: list[Document], wanted: dict) -> Iterator[tuple]:
 
 def _occurrences(batch: list[Document], key_of) -> list:
     """A batch's ``(key, occurrence)`` pairs as ``(partition, [pairs])``: one
-    element per partition of the keys the batch fills (:func:`part_of`), not
-    one per image (Beam's cost is per element)."""
-    parts: dict[int, list] = {}
-    for doc in batch:
-        for pair in rules.occurrences(doc, key_of):
-            parts.setdefault(part_of(pair[0]), []).append(pair)
-    return sorted(parts.items())
-
-
-def _key_groups(part) -> Iterator[tuple]:
-    """A partition's pairs from every batch → ``(key, [occurrences])`` per key."""
-    groups: dict = {}
-    for pairs in part[1]:
-        for key, occurrence in pairs:
-            groups.setdefault(key, []).append(occurrence)
-    return iter(sorted(groups.items()))
+    element per partition of the keys the batch fills (:func:`partitioned`),
+    not one per image (Beam's cost is per element)."""
+    return partitioned(pair for doc in batch for pair in rules.occurrences(doc, key_of))
 
 
 BAND_PARTS = 8  # each band's buckets cross in this many partitions
@@ -279,7 +266,7 @@ class _Exact:
 
 def _exact_decisions(found, name: str, key: str, dedup: bool, max_repeats) -> _Exact:
     groups = (
-        found | f"{name}ByPart" >> beam.GroupByKey() | f"{name}ByKey" >> beam.FlatMap(_key_groups)
+        found | f"{name}ByPart" >> beam.GroupByKey() | f"{name}ByKey" >> beam.FlatMap(key_groups)
     )
     removals = groups | f"{name}Decide" >> beam.FlatMap(_decided, dedup, max_repeats)
     entries = [removals]

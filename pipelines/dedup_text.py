@@ -85,23 +85,48 @@ class TextKeys(beam.DoFn):
         self._mode, self._minhash = mode, minhash
 
     def process(self, batch: list[Document]) -> Iterator:
-        exact: dict[int, list] = {}
-        bands: dict[int, list] = {}
+        exact, bands = [], []
         for document in batch:
             text = record_text(document)
             if not text.strip():
                 continue
-            key = text_hash(text)
-            exact.setdefault(part_of(key), []).append((key, document.id))
+            exact.append((text_hash(text), document.id))
             if self._mode == NEAR:
                 values = signature(text, self._minhash)
                 if values is not None:
                     for key in signature_band_keys(values, self._minhash):
-                        bands.setdefault(part_of(key), []).append((key, document.id))
-        for part, pairs in sorted(exact.items()):
-            yield beam.pvalue.TaggedOutput(_EXACT_KEYS, (part, pairs))
-        for part, pairs in sorted(bands.items()):
-            yield beam.pvalue.TaggedOutput(_BAND_KEYS, (part, pairs))
+                        bands.append((key, document.id))
+        for part in partitioned(exact):
+            yield beam.pvalue.TaggedOutput(_EXACT_KEYS, part)
+        for part in partitioned(bands):
+            yield beam.pvalue.TaggedOutput(_BAND_KEYS, part)
+
+
+def partitioned(pairs: Iterable[tuple]) -> list[tuple[int, list]]:
+    """``(key, value)`` pairs as ``(partition, [pairs])`` (:func:`part_of` of
+    each key), partitions in order: one Beam element per partition, not per key.
+
+    >>> partitioned([("00ff", 1), (b"ab", 2), ("00ff", 3)])
+    [(33, [('00ff', 1), ('00ff', 3)]), (45, [(b'ab', 2)])]
+    """
+    parts: dict[int, list] = {}
+    for pair in pairs:
+        parts.setdefault(part_of(pair[0]), []).append(pair)
+    return sorted(parts.items())
+
+
+def key_groups(part: tuple[int, Iterable[list]]) -> list[tuple]:
+    """A partition's pairs from every batch (:func:`partitioned`, grouped by
+    partition) → ``(key, [values])`` per key, keys in order.
+
+    >>> key_groups((3, [[("k", "c"), ("j", "d")], [("k", "a")]]))
+    [('j', ['d']), ('k', ['c', 'a'])]
+    """
+    groups: dict = {}
+    for pairs in part[1]:
+        for key, value in pairs:
+            groups.setdefault(key, []).append(value)
+    return sorted(groups.items())
 
 
 def group_edges(group: tuple[bytes | str, list[str]]) -> Iterator[tuple[str, str]]:
@@ -120,11 +145,7 @@ def partition_edges(part: tuple[int, Iterable[list]]) -> Iterator[tuple[str, str
     >>> list(partition_edges((3, [[("k", "c"), ("j", "d")], [("k", "a")]])))
     [('a', 'c')]
     """
-    groups: dict = {}
-    for pairs in part[1]:
-        for key, record in pairs:
-            groups.setdefault(key, []).append(record)
-    for group in groups.items():
+    for group in key_groups(part):
         if len(group[1]) > 1:
             yield from group_edges(group)
 
