@@ -116,7 +116,11 @@ def band_keys(embedding: np.ndarray, bands: int = BANDS, rows: int = ROWS) -> li
 
 def first_shared_band(a: np.ndarray, b: np.ndarray, bands: int = BANDS, rows: int = ROWS):
     """The first band whose bucket ``a`` and ``b`` share, or None."""
-    for (band, x), (_, y) in zip(band_keys(a, bands, rows), band_keys(b, bands, rows)):
+    return _first_shared(band_keys(a, bands, rows), band_keys(b, bands, rows))
+
+
+def _first_shared(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int | None:
+    for (band, x), (_, y) in zip(a, b):
         if x == y:
             return band
     return None
@@ -154,11 +158,18 @@ def near_pairs(
     members = sorted(members, key=lambda member: member[0])
     matrix = np.stack([embedding for _, embedding in members]).astype(np.float32)
     cosines = matrix @ matrix.T
+    keys: dict[int, list] = {}  # a member's band keys, made once however many pairs it is in
+
+    def keys_of(index: int) -> list:
+        if index not in keys:
+            keys[index] = band_keys(members[index][1], bands, rows)
+        return keys[index]
+
     pairs = []
     for i, j in zip(*np.nonzero(np.triu(cosines >= np.float32(threshold), k=1))):
-        a, b = members[int(i)], members[int(j)]
-        if band is None or first_shared_band(a[1], b[1], bands, rows) == band:
-            pairs.append((a[0], b[0]))
+        i, j = int(i), int(j)
+        if band is None or _first_shared(keys_of(i), keys_of(j)) == band:
+            pairs.append((members[i][0], members[j][0]))
     return pairs
 
 
