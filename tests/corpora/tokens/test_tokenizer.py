@@ -163,4 +163,6 @@ def test_a_batch_tokenizes_to_what_each_document_tokenizes_to(tokenizer_path):
             one.provenance,
         )
     assert tokenize_batch([], tokenizer) == []
-    assert tokenizer.encode_batch(["A dog.", ""]) == [tokenizer.encode("A dog."), []]
+    encoded = tokenizer.encode_batch(["A dog.", ""])
+    assert [ids.tolist() for ids in encoded] == [tokenizer.encode("A dog."), []]
+    assert all(ids.dtype == np.int32 for ids in encoded)
