@@ -351,7 +351,7 @@ class _IndexPart(beam.DoFn):
         self._files = stash_files(self._output, INDEX_PARTS)
 
     def process(self, batch: list[Document]) -> Iterator:
-        yield stashed(self._files, index_table(row for d in batch for row in index_rows(d)))
+        yield stashed(self._files, index_table(index_rows(batch)))
 
 
 def _write_index(path: str, rows) -> dict:

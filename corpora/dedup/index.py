@@ -22,10 +22,10 @@ fetch, an image whose bytes it kept is taken out the same way::
     >>> from corpora.record import Document, ImageChunk, TextChunk
     >>> image = ImageChunk("http://x/1.jpg", sha256="ab")
     >>> kept = Document("a", "coyo", (image, TextChunk("A cat.")))
-    >>> sorted(index_rows(kept))  # doctest: +NORMALIZE_WHITESPACE
+    >>> sorted(index_rows([kept]))  # doctest: +NORMALIZE_WHITESPACE
     [('image_sha256', 'ab'), ('image_url', 'http://x/1.jpg'),
      ('text', '6eda1d6f0337894464a66e34f5d33507')]
-    >>> seen = Seen.from_rows(index_rows(kept))
+    >>> seen = Seen.from_rows(index_rows([kept]))
     >>> exclude_seen(Document("b", "coyo", (ImageChunk(image.url), TextChunk("A dog."))), seen)
     Drop(reason='seen_in_blend', record_id='b', detail='image http://x/1.jpg', count=1, url=None)
     >>> doc = Document("c", "mmc4", (ImageChunk("http://x/1.jpg"), TextChunk("One."),
@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 
 from corpora.config import catalog
 from corpora.config.spec import Option
-from corpora.dedup.text import record_text, text_hash
+from corpora.dedup.text import record_text, text_hash, text_hashes
 from corpora.record import Document, Drop, ImageChunk
 
 if TYPE_CHECKING:
@@ -65,17 +65,22 @@ _SOURCE_SHA256 = "source_sha256"
 _SCHEMA = pa.schema([("kind", pa.string()), ("value", pa.string())])
 
 
-def index_rows(document: Document) -> Iterator[tuple[str, str]]:
-    """The index's (kind, value) rows of one kept record."""
-    for image in document.images:
-        if image.sha256:
-            yield IMAGE_SHA256, image.sha256
-        if image.meta.get(_SOURCE_SHA256):
-            yield IMAGE_SOURCE_SHA256, image.meta[_SOURCE_SHA256]
-        yield IMAGE_URL, image.url
-    text = record_text(document)
-    if text.strip():
-        yield TEXT, text_hash(text)
+def index_rows(documents: Sequence[Document]) -> Iterator[tuple[str, str]]:
+    """The index's (kind, value) rows of kept records (a batch's texts hashed
+    together: :func:`corpora.dedup.text.text_hashes`)."""
+    texts = []
+    for document in documents:
+        for image in document.images:
+            if image.sha256:
+                yield IMAGE_SHA256, image.sha256
+            if image.meta.get(_SOURCE_SHA256):
+                yield IMAGE_SOURCE_SHA256, image.meta[_SOURCE_SHA256]
+            yield IMAGE_URL, image.url
+        text = record_text(document)
+        if text.strip():
+            texts.append(text)
+    for value in text_hashes(texts):
+        yield TEXT, value
 
 
 def index_table(rows: Iterable[tuple[str, str]]) -> pa.Table:

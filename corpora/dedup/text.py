@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
+from typing import Sequence
 
 import numpy as np
 
@@ -87,6 +88,37 @@ def normalised_bytes(text: str) -> bytes:
 def text_hash(text: str) -> str:
     """The exact-duplicate key of ``text``: 128 bits of blake2b of its normalised form, in hex."""
     return hashlib.blake2b(normalised_bytes(text), digest_size=16).hexdigest()
+
+
+def text_hashes(texts: Sequence[str]) -> list[str]:
+    """:func:`text_hash` of each of ``texts``, the ASCII ones normalised
+    together: their bytes joined, mapped by one ``translate`` and each run of
+    spaces cut to one by a numpy mask over the whole batch (no word is cut
+    out on its own: a C4 document's hash in about half the CPU).
+
+    >>> texts = ["A cat, sat!", "  ", "Ünïcode ﬁne", "\\x01 one\\x01two ", ""]
+    >>> text_hashes(texts) == [text_hash(t) for t in texts]
+    True
+    """
+    hashes = [""] * len(texts)
+    ascii_texts = []
+    for i, text in enumerate(texts):
+        if text.isascii():
+            ascii_texts.append(i)
+        else:
+            hashes[i] = text_hash(text)
+    if not ascii_texts:
+        return hashes
+    joined = "\n".join(texts[i] for i in ascii_texts).encode("ascii").translate(_ASCII_WORDS)
+    codes = np.frombuffer(bytearray(joined), dtype=np.uint8)
+    ends = np.cumsum([len(texts[i]) + 1 for i in ascii_texts]) - 1  # each text's "\n"
+    codes[ends[:-1]] = 1  # a byte no text has after the translate: the texts' boundaries
+    keep = codes != ord(" ")
+    keep[1:] |= keep[:-1]  # a run of spaces keeps its first, after a word or a boundary
+    squeezed = codes[keep].tobytes().split(b"\x01")
+    for i, normalised in zip(ascii_texts, squeezed):
+        hashes[i] = hashlib.blake2b(normalised.strip(b" "), digest_size=16).hexdigest()
+    return hashes
 
 
 def record_text(document: Document) -> str:

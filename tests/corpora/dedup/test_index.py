@@ -27,7 +27,7 @@ def _pair(rid, url, sha, text):
 
 def test_index_is_sorted_distinct_and_the_same_bytes_for_any_order():
     docs = [_pair("a", "http://x/1", "s1", "One"), _pair("b", "http://x/1", "s1", "Two")]
-    rows = [row for doc in docs for row in index_rows(doc)]
+    rows = list(index_rows(docs))
     one, two = io.BytesIO(), io.BytesIO()
     assert write_index(one, rows) == 4  # a sha256, a URL, two texts
     write_index(two, list(reversed(rows)))
@@ -46,7 +46,7 @@ def test_batches_merged_write_the_bytes_of_all_their_rows(batches):
 
 
 def test_exclude_seen_drops_pairs_and_removes_images_from_documents():
-    seen = Seen.from_rows(index_rows(_pair("a", "http://x/1", "s1", "Kept text")))
+    seen = Seen.from_rows(index_rows([_pair("a", "http://x/1", "s1", "Kept text")]))
     assert isinstance(exclude_seen(_pair("b", "http://y/9", "s1", "Other"), seen), Drop)  # bytes
     assert exclude_seen(_pair("c", "http://y/9", None, "KEPT  text!"), seen).detail == "text"
     fresh = _pair("d", "http://y/8", "s8", "New")
@@ -57,8 +57,8 @@ def test_exclude_seen_drops_pairs_and_removes_images_from_documents():
 
 
 def test_overlap_counts_each_kind():
-    one = Seen.from_rows(index_rows(_pair("a", "u1", "s1", "t")))
-    two = Seen.from_rows(index_rows(_pair("b", "u2", "s1", "t")))
+    one = Seen.from_rows(index_rows([_pair("a", "u1", "s1", "t")]))
+    two = Seen.from_rows(index_rows([_pair("b", "u2", "s1", "t")]))
     assert overlap(one, two) == {
         "image_sha256": 1,
         "image_source_sha256": 0,

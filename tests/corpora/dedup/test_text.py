@@ -9,6 +9,7 @@ from corpora.dedup.text import (
     normalised_bytes,
     record_text,
     text_hash,
+    text_hashes,
     words,
 )
 from corpora.record import Document, ImageChunk, TextChunk
@@ -53,3 +54,13 @@ def test_words_are_the_normalised_text_split(text):
 def test_the_ascii_fast_path_normalises_as_the_unicode_one(text):
     # every build's dedup index hashes every text through the fast path
     assert normalised_bytes(text) == normalise_text(text).encode("utf-8")
+
+
+_SPACES_AND_PUNCTUATION = st.text(alphabet=st.sampled_from(" \t\n\x01,.!aZ_9é"), max_size=12)
+
+
+@given(st.lists(_SPACES_AND_PUNCTUATION | st.text(), max_size=8))
+def test_a_batch_hashes_each_text_as_alone(texts):
+    # the index hashes a batch's texts together: boundaries, runs of spaces and
+    # texts of nothing but spaces must not leak from one text into the next
+    assert text_hashes(texts) == [text_hash(text) for text in texts]
