@@ -134,9 +134,10 @@ def doc_key(doc: TokenizedDocument) -> str:
     harmless: two documents with the same key are byte-identical, so either
     can stand for the other when bytes are joined back to a plan.
     """
-    digest = hashlib.blake2b(doc.input_ids.tobytes(), digest_size=8)
+    digest = hashlib.blake2b(np.ascontiguousarray(doc.input_ids), digest_size=8)  # no copy
     digest.update(repr(sorted(doc.provenance.items())).encode("utf-8"))
-    digest.update(b"".join(img.data or b"" for img in doc.images))
+    if doc.images:
+        digest.update(b"".join(img.data or b"" for img in doc.images))
     return f"{doc.id}#{digest.hexdigest()}"
 
 

@@ -243,22 +243,24 @@ def group_sequences(
     token_starts = np.concatenate(([0], np.cumsum(group.lengths, dtype=np.int64)))
     p0, p1 = int(piece_starts[first]), int(piece_starts[first + count])
     t0, t1 = int(token_starts[p0]), int(token_starts[p1])
-    lengths = group.lengths[p0:p1].astype(np.int64)
-    counts = group.counts[first : first + count].astype(np.int64)
+    index = np.int32 if t1 - t0 < 2**31 else np.int64  # a shard's tokens, as numpy's default
+    lengths = group.lengths[p0:p1].astype(index)
+    counts = group.counts[first : first + count].astype(index)
     starts = piece_starts[first : first + count] - p0  # every sequence holds a piece
-    used = np.add.reduceat(lengths, starts) if count else np.zeros(0, np.int64)
+    used = np.add.reduceat(lengths, starts, dtype=np.int64) if count else np.zeros(0, np.int64)
     filled = np.arange(seq_len)[None, :] < used[:, None]
     input_ids = np.full((count, seq_len), pad_id, dtype=np.int32)
     segment_ids = np.zeros((count, seq_len), dtype=np.int32)
     positions = np.zeros((count, seq_len), dtype=np.int32)
     input_ids[filled] = group.tokens[t0:t1]
     # each piece's slot in its sequence (1, 2, …) and each token's place in its piece
-    pieces = np.arange(p1 - p0) - np.repeat(starts, counts)
-    segment_ids[filled] = np.repeat(pieces + 1, lengths)
-    positions[filled] = np.arange(t1 - t0) - np.repeat(token_starts[p0:p1] - t0, lengths)
+    pieces = np.arange(1, p1 - p0 + 1, dtype=index) - np.repeat(starts.astype(index), counts)
+    segment_ids[filled] = np.repeat(pieces, lengths)
+    piece_firsts = (token_starts[p0:p1] - t0).astype(index)
+    positions[filled] = np.arange(t1 - t0, dtype=index) - np.repeat(piece_firsts, lengths)
     entries = group.entries
-    for row in range(count):
-        a, b = int(piece_starts[first + row]), int(piece_starts[first + row + 1])
+    bounds = piece_starts[first : first + count + 1].tolist()
+    for row, (a, b) in enumerate(zip(bounds, bounds[1:])):
         documents = tuple(
             {**entries[p], "segment": segment} for segment, p in enumerate(range(a, b), start=1)
         )
