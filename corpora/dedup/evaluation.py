@@ -31,12 +31,13 @@ import os
 import fsspec
 
 from corpora.dedup.phash import parse_phash, phash_hex, phash_of_image
+from corpora.dedup.sources import folder_sha256
 
 
 @dataclasses.dataclass(frozen=True)
 class EvalImages:
     path: str
-    sha256: str  # of the parquet; of a folder: of its files' names and sha256s, sorted
+    sha256: str  # of the parquet; of a folder: sources.folder_sha256, as the manifest records it
     names: tuple[str, ...]
     hashes: tuple[int, ...]
     skipped: int = 0  # files of a folder that are not images
@@ -61,12 +62,12 @@ def read_eval_images(path: str) -> EvalImages:
 
 
 def _read_folder(folder: str, fs, root: str) -> EvalImages:
-    names, hashes, lines, skipped = [], [], [], 0
+    names, hashes, files, skipped = [], [], [], 0
     prefix = root.rstrip("/") + "/"
     for full in sorted(fs.find(root)):
         data = fs.cat_file(full)
         relative = full[len(prefix) :] if full.startswith(prefix) else os.path.basename(full)
-        lines.append(f"{relative}\t{hashlib.sha256(data).hexdigest()}\n")
+        files.append((relative, hashlib.sha256(data).hexdigest()))
         try:
             value = phash_of_image(data)
         except Exception:  # not an image: a README, a labels file
@@ -74,8 +75,7 @@ def _read_folder(folder: str, fs, root: str) -> EvalImages:
             continue
         names.append(relative)
         hashes.append(value)
-    digest = hashlib.sha256("".join(sorted(lines)).encode("utf-8")).hexdigest()
-    return EvalImages(folder, digest, tuple(names), tuple(hashes), skipped)
+    return EvalImages(folder, folder_sha256(files), tuple(names), tuple(hashes), skipped)
 
 
 def _read_parquet(path: str) -> EvalImages:

@@ -196,11 +196,24 @@ def _file_sha256(path: str) -> str:
 
 def _folder_sha256(path: str) -> str:
     fs, root = fsspec.core.url_to_fs(path)
+    return folder_sha256(
+        (os.path.relpath(name, root), _file_sha256(fs.unstrip_protocol(name)))
+        for name in sorted(fs.find(root))
+    )
+
+
+def folder_sha256(files: Iterable[tuple[str, str]]) -> str:
+    """The sha256 recorded for a folder of evaluation images: of its files'
+    names (relative to it) and sha256s (hex), in path order. The manifest's
+    and the ``eval_contamination`` report's are the same one.
+
+    >>> folder_sha256([("a.jpg", "00" * 32)]) == folder_sha256([("b.jpg", "00" * 32)])
+    False
+    """
     digest = hashlib.sha256()
-    for name in sorted(fs.find(root)):
-        relative = os.path.relpath(name, root)
+    for relative, sha256 in files:
         digest.update(relative.encode("utf-8") + b"\0")
-        digest.update(bytes.fromhex(_file_sha256(fs.unstrip_protocol(name))))
+        digest.update(bytes.fromhex(sha256))
     return digest.hexdigest()
 
 

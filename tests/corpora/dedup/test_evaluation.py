@@ -9,7 +9,7 @@ import pytest
 from corpora.dedup.evaluation import read_eval_images, write_eval_parquet
 from corpora.dedup.images import ImageDedupSettings
 from corpora.dedup.phash import phash_of_image
-from corpora.dedup.sources import SourceError, is_image_source, source_kind
+from corpora.dedup.sources import SourceError, is_image_source, read_sources, source_kind
 from tests.dedup_photos import planted
 
 
@@ -31,6 +31,8 @@ def test_a_folder_and_its_parquet_give_the_same_hashes(tmp_path):
     assert again.sha256 == source.sha256  # the folder's identity: its names and contents
     (folder / "labels.txt").write_text("changed")
     assert read_eval_images(str(folder)).sha256 != source.sha256
+    # the report's digest of the folder is the one the manifest records
+    assert read_eval_images(str(folder)).sha256 == read_sources([str(folder)])[0].sha256
 
     parquet = str(tmp_path / "eval.parquet")
     write_eval_parquet(parquet, list(source.names), list(source.hashes))
