@@ -430,16 +430,14 @@ class PackTextGroup(beam.DoFn):
         for drop in group.dropped:
             yield route_result(drop, "pack")
         if self._stat_ids is not None:
-            accumulator = stats.StatsAccumulator()
-            for values in stats.packed_values(
+            accumulator = stats.StatsAccumulator().add_group(
                 group.tokens,
                 group.lengths,
                 group.counts,
                 group.entries,
                 settings.seq_len,
                 self._stat_ids,
-            ):
-                accumulator.add(values)
+            )
             yield beam.pvalue.TaggedOutput(SEQUENCE_STATS, accumulator)
         Metrics.counter(NAMESPACE, "sequences").inc(group.sequences)
         yield beam.pvalue.TaggedOutput(KEPT, group.kept)

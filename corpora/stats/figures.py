@@ -343,24 +343,95 @@ class StatsAccumulator:
         self.padding_tokens += values.padding_tokens
         self.documents_per_sequence[len(values.pieces)] += 1
         for piece in values.pieces:
-            self.pieces += 1
-            self.text_tokens += piece.text_tokens
-            self.image_tokens += piece.image_tokens
-            self.special_tokens += piece.special_tokens
-            self.images += piece.images
-            self.images_with_text += piece.images_with_text
-            self.pieces_ending_in_image += int(piece.ends_in_image)
-            self.dropped_pieces += piece.dropped_pieces
-            self.dropped_tokens += piece.dropped_tokens
-            for name, value in piece.scores:
-                self.scores.setdefault(name, collections.Counter())[value] += 1
-            self.image_failures.update(piece.image_failures)
-            if piece.pieces <= 1:
-                self._document(piece.text_tokens, piece.images, split=False)
-            else:
-                self._partial(
-                    piece.id, piece.pieces, {piece.piece}, piece.text_tokens, piece.images
-                )
+            self._add_piece(piece)
+        return self
+
+    def _add_piece(self, piece: SegmentValues) -> None:
+        self.pieces += 1
+        self.text_tokens += piece.text_tokens
+        self.image_tokens += piece.image_tokens
+        self.special_tokens += piece.special_tokens
+        self.images += piece.images
+        self.images_with_text += piece.images_with_text
+        self.pieces_ending_in_image += int(piece.ends_in_image)
+        self.dropped_pieces += piece.dropped_pieces
+        self.dropped_tokens += piece.dropped_tokens
+        for name, value in piece.scores:
+            self.scores.setdefault(name, collections.Counter())[value] += 1
+        self.image_failures.update(piece.image_failures)
+        if piece.pieces <= 1:
+            self._document(piece.text_tokens, piece.images, split=False)
+        else:
+            self._partial(piece.id, piece.pieces, {piece.piece}, piece.text_tokens, piece.images)
+
+    def add_group(
+        self,
+        tokens: np.ndarray,
+        lengths: np.ndarray,
+        counts: np.ndarray,
+        entries: Sequence[Mapping[str, Any]],
+        seq_len: int,
+        ids: TokenIds,
+    ) -> "StatsAccumulator":
+        """:meth:`add` of every :func:`packed_values` of a packing group, the
+        same counts; a group without image slots (a text build's) in a few
+        array operations and one look at each ``json`` entry, not a
+        :class:`SequenceValues` per sequence and a :class:`SegmentValues` per
+        piece (a document's statistics in a tenth of the CPU).
+
+        >>> ids = TokenIds(image_token_id=9, bos_id=1, eos_id=2, tokens_per_image=2)
+        >>> tokens = np.array([1, 5, 6, 2, 1, 7, 2, 1, 8], np.int32)
+        >>> entries = [{"id": "a", "pieces": 1}, {"id": "b"}, {"id": "c", "pieces": 2}]
+        >>> lengths, counts = np.array([4, 3, 2]), np.array([2, 1])
+        >>> one = StatsAccumulator()
+        >>> for values in packed_values(tokens, lengths, counts, entries, 10, ids):
+        ...     _ = one.add(values)
+        >>> group = StatsAccumulator().add_group(tokens, lengths, counts, entries, 10, ids)
+        >>> vars(group) == vars(one)
+        True
+        """
+        tokens = np.asarray(tokens)
+        if not len(lengths) or (tokens == ids.image_token_id).any():  # slots: laid out
+            for values in packed_values(tokens, lengths, counts, entries, seq_len, ids):
+                self.add(values)
+            return self
+        lengths = np.asarray(lengths, dtype=np.int64)
+        counts = np.asarray(counts, dtype=np.int64)
+        starts = np.concatenate(([0], np.cumsum(lengths)))[:-1]
+        special = np.zeros(tokens.shape, dtype=bool)
+        for token in (ids.bos_id, ids.eos_id):
+            if token >= 0:
+                special |= tokens == token
+        specials = np.add.reduceat(special, starts, dtype=np.int64)
+        texts = lengths - specials
+        first_pieces = np.concatenate(([0], np.cumsum(counts)))[:-1]
+        used = np.add.reduceat(lengths, first_pieces) if len(counts) else np.zeros(0, np.int64)
+        self.sequences += len(counts)
+        self.tokens += seq_len * len(counts)
+        self.padding_tokens += int((seq_len - used).sum())
+        self.documents_per_sequence.update(counts.tolist())
+        whole, whole_special = [], 0  # whole documents': no drop, image or image failure
+        for entry, text_tokens, special_tokens, length in zip(
+            entries, texts.tolist(), specials.tolist(), lengths.tolist()
+        ):
+            meta = entry.get("meta")
+            if (
+                entry.get("pieces", 1) <= 1
+                and "dropped" not in entry
+                and not entry.get("images")
+                and not (meta and meta.get("image_failures"))
+            ):
+                whole.append(text_tokens)
+                whole_special += special_tokens
+                continue
+            self._add_piece(_segment_values(entry, length, 0, special_tokens, 0, False, ids))
+        self.pieces += len(whole)
+        self.text_tokens += sum(whole)
+        self.special_tokens += whole_special
+        self.documents += len(whole)
+        self.text_tokens_per_document.update(whole)
+        if whole:
+            self.images_per_document[0] += len(whole)
         return self
 
     def _document(self, text_tokens: int, images: int, split: bool) -> None:

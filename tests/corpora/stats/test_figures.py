@@ -401,3 +401,32 @@ def test_a_packed_group_s_values_are_those_of_its_laid_out_sequences():
     seq[0][5:8] = IMAGE
     expected = [sequence_values(i, s.segment_ids, s.documents, ids) for i, s in zip(seq, sequences)]
     assert list(stats.packed_values(*args, ids)) == expected
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_text_group_s_statistics_are_those_of_its_values_one_by_one(seed):
+    # a text build counts each packing group at once (add_group): the same
+    # counts as adding its sequences' values, with split documents, short
+    # pieces dropped, image failures in a document's meta and, once, a text id
+    # that is also the image token (then the group is counted sequence by sequence)
+    from corpora.tokens import pack_groups
+    from tests.corpora.tokens.test_pack import BOS, EOS, IMAGE, make_doc
+
+    ids = TokenIds(image_token_id=IMAGE, bos_id=BOS, eos_id=EOS, tokens_per_image=3)
+    rng = np.random.default_rng(seed)
+    docs = [
+        make_doc(f"d{i}", [("text", int(rng.integers(1, 60))) for _ in range(3)]) for i in range(60)
+    ]
+    group = pack_groups.pack_group(docs, seq_len=32)
+    entries = [dict(entry) for entry in group.entries]
+    entries[3]["meta"] = {"image_failures": [{"reason": "http_404"}]}
+    entries[7]["dropped"] = {"reason": "short_piece", "pieces": 1, "tokens": 2}
+    tokens = group.tokens.copy()
+    if seed == 3:
+        tokens[5:8] = IMAGE
+    assert any(entry.get("pieces", 1) > 1 for entry in entries)
+    args = (tokens, group.lengths, group.counts, entries, 32, ids)
+    one_by_one = StatsAccumulator()
+    for values in stats.packed_values(*args):
+        one_by_one.add(values)
+    assert vars(StatsAccumulator().add_group(*args)) == vars(one_by_one)
