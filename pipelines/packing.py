@@ -447,10 +447,21 @@ class PackTextGroup(beam.DoFn):
         where: Any = dataclasses.replace(group, dropped=())
         if self._files is not None:
             blobs = BlobWriter(self._files)
-            ref = blobs.put((group.order, group.tokens, group.lengths, group.counts, group.entries))
+            ref = blobs.put(
+                (group.order, _narrow(group.tokens), group.lengths, group.counts, group.entries)
+            )
             blobs.flush()  # written before the reference leaves the bundle
             where = reference(ref)
         yield group.order, (group.sequences, where)
+
+
+def _narrow(tokens: np.ndarray) -> np.ndarray:
+    """A group's ids as uint16 where they fit (a vocabulary of up to 65,536,
+    SimVLM's 32k included): half the bytes to stash, hash and read back; the
+    shard writer lays them out into int32 arrays either way."""
+    if tokens.size and int(tokens.min()) >= 0 and int(tokens.max()) < 2**16:
+        return tokens.astype(np.uint16)
+    return tokens
 
 
 class PlaceGroups(beam.DoFn):
