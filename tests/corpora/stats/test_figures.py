@@ -403,7 +403,7 @@ def test_a_packed_group_s_values_are_those_of_its_laid_out_sequences():
     assert list(stats.packed_values(*args, ids)) == expected
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(2))
 def test_a_text_group_s_statistics_are_those_of_its_values_one_by_one(seed):
     # a text build counts each packing group at once (add_group): the same
     # counts as adding its sequences' values, with split documents, short
@@ -422,7 +422,7 @@ def test_a_text_group_s_statistics_are_those_of_its_values_one_by_one(seed):
     entries[3]["meta"] = {"image_failures": [{"reason": "http_404"}]}
     entries[7]["dropped"] = {"reason": "short_piece", "pieces": 1, "tokens": 2}
     tokens = group.tokens.copy()
-    if seed == 3:
+    if seed == 1:
         tokens[5:8] = IMAGE
     assert any(entry.get("pieces", 1) > 1 for entry in entries)
     args = (tokens, group.lengths, group.counts, entries, 32, ids)
