@@ -10,19 +10,21 @@ kept; no step holds every hash in one place:
 - :class:`NearImages`: perceptual hashes filed under their LSH bands
   (:mod:`corpora.dedup.lsh`; a band's buckets cross in :data:`BAND_PARTS`
   partitions), each bucket compared alone; the near pairs
-  joined into clusters by a union-find combine (:class:`Components`: it
+  joined into clusters by a union-find combine and the hits on evaluation
+  images matched in the same buckets gathered by it (:class:`NearFound`: it
   holds the near pairs, a small share of the images, never the hashes),
-  evaluation images matched in the same buckets (``near_duplicate_image``,
-  ``eval_contamination``).
+  the rule's decisions made from it in one step (:func:`_near_decided`;
+  ``near_duplicate_image``, ``eval_contamination``).
 
 What leaves is applied to the batches through a side input of the removals
-only: one dict, record id → its entries (:class:`ByRecord`), which each
-bundle reads once; a multimap side input would ask the runner again for
-every record of every batch. After the fetch the records hold their images:
-each batch is written once to the build's stash (:class:`Look`) and read
-back where the removals are applied (once for the exact and the near rule
-together, :class:`PostFetchImages`, when both run), so the runner holds a reference per
-batch while the decisions are made, never the images (as
+only: one dict, record id → its entries (:class:`ByRecord`; the near rule's
+in its decisions), which each bundle reads once; a multimap side input
+would ask the runner again for every record of every batch. After the
+fetch the records hold their images: each batch is written once to the
+build's stash (:class:`Look`) and read back where the removals are applied
+(once for the exact and the near rule together, :class:`PostFetchImages`,
+when both run), so the runner holds a reference per batch while the
+decisions are made, never the images (as
 :class:`pipelines.transforms.Spread` does). Every decision depends on
 record ids and hashes only, so the output is the same whatever the runner,
 the batches and the worker count.
