@@ -6,6 +6,13 @@
     python benchmarks/stage_profile.py loop --documents 20000   # the plain SentencePiece loop
     python benchmarks/stage_profile.py smoke                    # corpora build mmc4-pairs --smoke
     python benchmarks/stage_profile.py summary benchmarks/profiles/coyo-realistic-1000.collapsed.gz
+    python benchmarks/stage_profile.py coyo --urls 4000 --photo-dir DIR \\
+        --build-args "--dedup-images near --dedup-text near"   # dedup's cost
+
+``--photo-dir`` serves a folder of ``benchmarks/dedup.py``'s distinct photos
+(read only, its first ``--urls`` photos; ``dedup.py``'s server and checks),
+and ``--build-args`` adds flags to the ``corpora build coyo`` command (the
+profile's name and title say them).
 
 py-spy (``pip install py-spy``) samples every thread of every process of the
 tree (Beam's SDK workers and img2dataset's pool included) ``--rate`` times a
@@ -37,6 +44,7 @@ import json
 import linecache
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -47,7 +55,7 @@ from typing import Callable
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks import e2e  # noqa: E402
+from benchmarks import dedup, e2e  # noqa: E402
 
 PROFILES = os.path.join(REPO, "benchmarks", "profiles")
 FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
@@ -99,17 +107,25 @@ RULES: list[tuple[str, Callable]] = [
         "header check (Pillow open, EXIF, EOI scan)",
         lambda f, p, s: (
             (
-                p.endswith("corpora/fetch.py")
+                p.endswith("corpora/fetch/image.py")
                 and f == "_process_image"
-                and any(k in s for k in ("Image.open", "getexif", "_jpeg_complete"))
+                and any(k in s for k in ("open_image", "getexif", "jpeg_complete"))
             )
-            or (p.endswith("corpora/fetch.py") and f == "_jpeg_complete")
+            or (p.endswith("corpora/fetch/image.py") and f == "jpeg_complete")
             or None
         ),
     ),
     (
         "decode: Pillow (normalised images)",
-        lambda f, p, s: (p.endswith("corpora/fetch.py") and f == "_normalise") or None,
+        lambda f, p, s: (p.endswith("corpora/fetch/image.py") and f == "_normalise") or None,
+    ),
+    (
+        "dedup: perceptual hash (in the fetch)",
+        lambda f, p, s: "corpora/dedup/phash.py" in p or None,
+    ),
+    (
+        "decode, resize, encode (OpenCV)",
+        lambda f, p, s: p.endswith("corpora/fetch/image.py") or None,
     ),
     (
         "sha256",
@@ -172,6 +188,14 @@ RULES: list[tuple[str, Callable]] = [
         lambda f, p, s: ("img2dataset/writer.py" in p or "webdataset" in p) or None,
     ),
     ("img2dataset: other", lambda f, p, s: "img2dataset" in p or None),
+    (
+        "dedup: text keys (MinHash, exact hashes)",
+        lambda f, p, s: any(k in p for k in ("corpora/dedup/minhash.py", "dedup/text.py")) or None,
+    ),
+    (
+        "dedup: image and text rules (their Beam steps)",
+        lambda f, p, s: any(k in p for k in ("pipelines/dedup_", "corpora/dedup/")) or None,
+    ),
     ("numpy (np.save, arrays)", lambda f, p, s: "numpy" in p or None),
     ("corpora: other", lambda f, p, s: "corpora/" in p or "pipelines/" in p or None),
 ]
@@ -540,6 +564,8 @@ def main() -> None:
     parser.add_argument("what", choices=("coyo", "img2dataset", "c4", "loop", "smoke", "summary"))
     parser.add_argument("collapsed", nargs="?", help="summary: a .collapsed.gz to summarise")
     parser.add_argument("--photos", choices=("realistic", "small"), default="realistic")
+    parser.add_argument("--photo-dir", help="coyo: a folder of benchmarks/dedup.py's photos")
+    parser.add_argument("--build-args", default="", help="coyo: more flags, as one string")
     parser.add_argument("--urls", type=int, default=1000)
     parser.add_argument("--documents", type=int, default=20000)
     parser.add_argument("--workers", type=int, default=2)
@@ -565,19 +591,26 @@ def main() -> None:
             record(f"smoke-{args.workers}-workers", command, args.rate, title)
             return
         if args.what in ("coyo", "img2dataset"):
-            with e2e.image_server(e2e.photo_dir(args.photos), args.latency) as port:
+            photos, server = args.photos, e2e.image_server(e2e.photo_dir(args.photos), args.latency)
+            if args.photo_dir:  # dedup.py's distinct photos, read from disk per request
+                directory, _ = dedup.given_photos(args.photo_dir, args.urls, duplicates=0.1)
+                photos, server = "distinct", dedup.image_server(directory, args.latency)
+            extra = shlex.split(args.build_args)
+            with server as port:
                 urls = e2e.url_parquet(os.path.join(work, "urls.parquet"), port, args.urls)
                 command = (
-                    e2e.coyo_command(urls, os.path.join(work, "out"), args)
+                    e2e.coyo_command(urls, os.path.join(work, "out"), args) + extra
                     if args.what == "coyo"
                     else e2e.img2dataset_command(urls, os.path.join(work, "out"), args.urls, args)
                 )
-                name = f"{args.what}-{args.photos}-{args.urls}"
+                flags = re.sub(r"[^a-z0-9]+", "-", " ".join(extra)).strip("-")
+                name = f"{args.what}-{photos}-{args.urls}" + (f"-{flags}" if flags else "")
                 title = (
                     f"{'corpora build coyo' if args.what == 'coyo' else 'img2dataset'}: "
-                    f"{args.urls:,} {args.photos} photo URLs, {args.workers} processes x "
+                    f"{args.urls:,} {photos} photo URLs, {args.workers} processes x "
                     f"{args.concurrency} requests, {args.latency * 1000:.0f} ms latency, "
                     f"{e2e.IMAGE_SIZE} px {e2e.RESIZE_MODE}"
+                    + (f", {' '.join(extra)}" if extra else "")
                 )
                 record(name, command, args.rate, title)
             return

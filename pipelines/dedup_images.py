@@ -10,19 +10,21 @@ kept; no step holds every hash in one place:
 - :class:`NearImages`: perceptual hashes filed under their LSH bands
   (:mod:`corpora.dedup.lsh`; a band's buckets cross in :data:`BAND_PARTS`
   partitions), each bucket compared alone; the near pairs
-  joined into clusters by a union-find combine (:class:`Components`: it
+  joined into clusters by a union-find combine and the hits on evaluation
+  images matched in the same buckets gathered by it (:class:`NearFound`: it
   holds the near pairs, a small share of the images, never the hashes),
-  evaluation images matched in the same buckets (``near_duplicate_image``,
-  ``eval_contamination``).
+  the rule's decisions made from it in one step (:func:`_near_decided`;
+  ``near_duplicate_image``, ``eval_contamination``).
 
 What leaves is applied to the batches through a side input of the removals
-only: one dict, record id → its entries (:class:`ByRecord`), which each
-bundle reads once; a multimap side input would ask the runner again for
-every record of every batch. After the fetch the records hold their images:
-each batch is written once to the build's stash (:class:`Look`) and read
-back where the removals are applied (once for the exact and the near rule
-together, :class:`PostFetchImages`, when both run), so the runner holds a reference per
-batch while the decisions are made, never the images (as
+only: one dict, record id → its entries (:class:`ByRecord`; the near rule's
+in its decisions), which each bundle reads once; a multimap side input
+would ask the runner again for every record of every batch. After the
+fetch the records hold their images: each batch is written once to the
+build's stash (:class:`Look`) and read back where the removals are applied
+(once for the exact and the near rule together, :class:`PostFetchImages`,
+when both run), so the runner holds a reference per batch while the
+decisions are made, never the images (as
 :class:`pipelines.transforms.Spread` does). Every decision depends on
 record ids and hashes only, so the output is the same whatever the runner,
 the batches and the worker count.
@@ -85,10 +87,13 @@ class ApplyRemovals(beam.DoFn):
     applied: the records kept as one batch, drops to ``dropped``, and the
     thumbnails of the images the report shows (``wanted``) to ``thumbnails``.
 
-    With ``near_stage`` it applies two stages' removals at once (the exact
-    rules' and the near rule's, :class:`PostFetchImages`): what the near rule
-    removed is counted under ``near_stage`` and its drops go to
-    ``dropped_near``, as if the stages had run one after the other."""
+    ``entries`` (record id → its entries) and ``wanted`` are the exact rules';
+    ``near``, the near rule's decisions (:func:`_near_decided`), whose entries
+    and wanted images join them. With ``near_stage`` it applies two stages'
+    removals at once (the exact rules' and the near rule's,
+    :class:`PostFetchImages`): what the near rule removed is counted under
+    ``near_stage`` and its drops go to ``dropped_near``, as if the stages had
+    run one after the other."""
 
     def __init__(self, stage: str, drop_document: bool, near_stage: str | None = None):
         self._stage = stage
@@ -101,13 +106,18 @@ class ApplyRemovals(beam.DoFn):
     def teardown(self) -> None:
         self._reader.close()
 
-    def process(self, value, entries, wanted) -> Iterator:
+    def process(self, value, entries, wanted, near=None) -> Iterator:
         batch = self._reader.get(value)
+        more = {} if near is None else near["entries"]
+        if near is not None:
+            wanted = wanted | near["wanted"]
         for item in _thumbnails(batch, wanted):
             yield beam.pvalue.TaggedOutput(THUMBS, item)
         results = []
         for doc in batch:
             found = entries.get(doc.id, ())  # nothing for a record without removals
+            if doc.id in more:
+                found = [*found, *more[doc.id]]
             result = rules.apply_removals(doc, found, self._drop_document)
             if result is not doc and not isinstance(result, Drop):
                 removed = dict(result.meta.get("images_removed") or {})
@@ -160,9 +170,14 @@ class ByRecord(beam.CombineFn):
         return found
 
 
+def records_of(entries: beam.PCollection, name: str) -> beam.PCollection:
+    """The removals as one element, record id → its entries (:class:`ByRecord`)."""
+    return entries | f"{name}ByRecord" >> beam.CombineGlobally(ByRecord())
+
+
 def by_record(entries: beam.PCollection, name: str) -> beam.pvalue.AsSingleton:
     """The removals as one side input (:class:`ByRecord`)."""
-    return beam.pvalue.AsSingleton(entries | f"{name}ByRecord" >> beam.CombineGlobally(ByRecord()))
+    return beam.pvalue.AsSingleton(records_of(entries, name))
 
 
 def _thumbnails(batch: list[Document], wanted: dict) -> Iterator[tuple]:
@@ -200,15 +215,6 @@ def _buckets(batch: list[Document], radius: int) -> list:
     return sorted(parts.items())
 
 
-def _removed_counts(entries: beam.PCollection, label: str) -> beam.PCollection:
-    return (
-        entries
-        | f"{label}Reasons"
-        >> beam.FlatMap(lambda e: [(e[1][1], 1)] if isinstance(e[1][1], str) else [])
-        | f"{label}SumReasons" >> beam.CombinePerKey(sum)
-    )
-
-
 class ExactImages(beam.PTransform):
     """``duplicate_image`` and ``image_repeated`` by one key (``"url"`` or
     ``"bytes"``). Returns ``{"docs", "dropped", "report"}``; the report is one
@@ -238,12 +244,13 @@ class ExactImages(beam.PTransform):
             Look({FOUND: _occurrences_of(self._key)}, self._output)
         ).with_outputs(FOUND, main="batches")
         exact = _exact_decisions(looked[FOUND], name, self._key, self._dedup, self._max_repeats)
+        records = records_of(exact.entries, name)
         applied = looked.batches | f"{name}Apply" >> beam.ParDo(
             ApplyRemovals(name, self._drop_document),
-            by_record(exact.entries, name),
+            beam.pvalue.AsSingleton(records),
             beam.pvalue.AsSingleton(exact.wanted),
         ).with_outputs(DROPPED, THUMBS, main="docs")
-        report = _exact_report_of(exact, batches.pipeline, name, self._key, applied[THUMBS])
+        report = _exact_report_of(exact, records, name, self._key, applied[THUMBS])
         return {"docs": applied.docs, "dropped": applied[DROPPED], "report": report}
 
 
@@ -254,56 +261,60 @@ def _occurrences_of(key: str) -> Callable:
 
 @dataclasses.dataclass
 class _Exact:
-    """The exact rules' decisions (PCollections): the removals, every entry
-    for :class:`ApplyRemovals`, the most repeated keys and the images whose
+    """The exact rules' decisions (PCollections): every entry for
+    :class:`ApplyRemovals`, the most repeated keys and the images whose
     thumbnails the report shows."""
 
-    removals: beam.PCollection
     entries: beam.PCollection
     top: beam.PCollection
     wanted: beam.PCollection
 
 
+REPEATS = "repeats"  # each key's documents, for the most repeated
+
+
 def _exact_decisions(found, name: str, key: str, dedup: bool, max_repeats) -> _Exact:
-    groups = (
-        found | f"{name}ByPart" >> beam.GroupByKey() | f"{name}ByKey" >> beam.FlatMap(key_groups)
-    )
-    removals = groups | f"{name}Decide" >> beam.FlatMap(_decided, dedup, max_repeats)
-    entries = [removals]
-    if key == "url":  # the copy kept counts the documents of the others
-        entries.append(
-            groups
-            | f"{name}Counted" >> beam.FlatMap(lambda kv: [(r, (p, n)) for r, p, n in _kept(kv[1])])
+    decided = (
+        found
+        | f"{name}ByPart" >> beam.GroupByKey()
+        | f"{name}ByKey" >> beam.FlatMap(key_groups)
+        | f"{name}Decide"
+        >> beam.FlatMap(_group_decided, dedup, max_repeats, key == "url").with_outputs(
+            REPEATS, main="entries"
         )
-    entries = tuple(entries) | f"{name}Entries" >> beam.Flatten()
-    top = (
-        groups
-        | f"{name}Repeats" >> beam.Map(lambda kv: (rules.documents_of(kv[1]), kv[0], min(kv[1])))
-        | f"{name}Top" >> beam.combiners.Top.Of(TOP, key=lambda t: (t[0], _reverse(t[1])))
+    )
+    top = decided[REPEATS] | f"{name}Top" >> beam.combiners.Top.Of(
+        TOP, key=lambda t: (t[0], _reverse(t[1]))
     )
     wanted = top | f"{name}Wanted" >> beam.Map(
         lambda found: {(o.record_id, o.position) for n, _, o in found if n > 1}
     )
-    return _Exact(removals, entries, top, wanted)
+    return _Exact(decided.entries, top, wanted)
 
 
-def _exact_report_of(exact: _Exact, pipeline, name: str, key: str, thumbs) -> beam.PCollection:
-    return (
-        pipeline
-        | f"{name}Finish" >> beam.Create([None])
-        | f"{name}Report"
-        >> beam.Map(
-            _exact_report,
-            key=key,
-            removed=beam.pvalue.AsList(_removed_counts(exact.removals, name)),
-            top=beam.pvalue.AsSingleton(exact.top),
-            thumbs=beam.pvalue.AsList(thumbs),
-        )
+def _group_decided(item, dedup: bool, max_repeats, counted: bool) -> Iterator:
+    """One key's group → its removals ``(record, (position, reason))``; with
+    ``counted`` (by URL), the copy kept with the others' documents
+    ``(record, (position, n))``; and on :data:`REPEATS` ``(documents, key,
+    first occurrence)`` (one step, not three over the groups: Beam's cost is
+    per step and element)."""
+    key, group = item
+    for record, position, why in rules.decide_exact(group, dedup, max_repeats):
+        yield record, (position, why)
+    if counted:  # the copy kept counts the documents of the others
+        for record, position, n in _kept(group):
+            yield record, (position, n)
+    yield beam.pvalue.TaggedOutput(REPEATS, (rules.documents_of(group), key, min(group)))
+
+
+def _exact_report_of(exact: _Exact, records, name: str, key: str, thumbs) -> beam.PCollection:
+    """The report, made from the one element of ``records`` (:func:`records_of`)."""
+    return records | f"{name}Report" >> beam.Map(
+        _exact_report,
+        key=key,
+        top=beam.pvalue.AsSingleton(exact.top),
+        thumbs=beam.pvalue.AsList(thumbs),
     )
-
-
-def _decided(item, dedup: bool, max_repeats) -> list:
-    return [(r, (p, why)) for r, p, why in rules.decide_exact(item[1], dedup, max_repeats)]
 
 
 def _kept(group) -> list:
@@ -316,7 +327,23 @@ def _reverse(text: str) -> tuple:
     return tuple(-ord(c) for c in text) + (1,)
 
 
-def _exact_report(_, key, removed, top, thumbs) -> dict:
+def _removed(entries: Iterable[list]) -> dict:
+    """Images removed by reason, from each record's entries (a removal's is a
+    reason; the copy kept by URL counts others' documents under a number).
+
+    >>> _removed([[(0, "duplicate_image"), (1, 3)], [(2, "duplicate_image")]])
+    {'duplicate_image': 2}
+    """
+    counts: dict = {}
+    for found in entries:
+        for _, why in found:
+            if isinstance(why, str):
+                counts[why] = counts.get(why, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _exact_report(records: dict, key, top, thumbs) -> dict:
+    removed = _removed(records.values())
     thumbnails = dict(thumbs)
     repeated = []
     for documents, value, first in sorted(top, key=lambda t: (-t[0], t[1])):
@@ -327,7 +354,7 @@ def _exact_report(_, key, removed, top, thumbs) -> dict:
         if found is not None:
             entry["url"], entry["thumbnail"] = found
         repeated.append(entry)
-    return {"removed": dict(sorted(removed)), "most_repeated": repeated}
+    return {"removed": removed, "most_repeated": repeated}
 
 
 def _pairs_in_bucket(
@@ -402,26 +429,10 @@ class NearImages(beam.PTransform):
             looked[FOUND], batches.pipeline, name, self._radius, self._near, self._eval_hashes
         )
         applied = looked.batches | f"{name}Apply" >> beam.ParDo(
-            ApplyRemovals(name, self._drop_document),
-            by_record(near.entries, name),
-            beam.pvalue.AsSingleton(near.wanted),
+            ApplyRemovals(name, self._drop_document), {}, set(), beam.pvalue.AsSingleton(near)
         ).with_outputs(DROPPED, THUMBS, main="docs")
-        report = _near_report_of(
-            near, batches.pipeline, name, self._radius, self._sources, applied[THUMBS]
-        )
+        report = _near_report_of(near, name, self._radius, self._sources, applied[THUMBS])
         return {"docs": applied.docs, "dropped": applied[DROPPED], "report": report}
-
-
-@dataclasses.dataclass
-class _Near:
-    """The near rule's decisions (PCollections): every entry for
-    :class:`ApplyRemovals`, the largest clusters, how many clusters, and the
-    images whose thumbnails the report shows."""
-
-    entries: beam.PCollection
-    largest: beam.PCollection
-    sizes: beam.PCollection
-    wanted: beam.PCollection
 
 
 def _near_decisions(
@@ -433,35 +444,66 @@ def _near_decisions(
     eval_hashes: tuple[int, ...],
     exact=None,
     drop_document: bool = False,
-) -> _Near:
-    evals = pipeline | f"{name}EvalHashes" >> beam.Create(
-        [
-            ((band, bits % BAND_PARTS), [(bits, ("", index), phash_hex(value))])
-            for index, value in enumerate(eval_hashes)
-            for band, bits in band_keys(value, radius)
-        ]
-    )
+) -> beam.PCollection:
+    """The near rule's decisions, one element (:func:`_near_decided`): the
+    buckets (and the evaluation images' hashes) compared, the pairs and hits
+    joined in one combine (:class:`NearFound`)."""
+    if eval_hashes:
+        evals = pipeline | f"{name}EvalHashes" >> beam.Create(
+            [
+                ((band, bits % BAND_PARTS), [(bits, ("", index), phash_hex(value))])
+                for index, value in enumerate(eval_hashes)
+                for band, bits in band_keys(value, radius)
+            ]
+        )
+        buckets = (buckets, evals) | f"{name}AllBuckets" >> beam.Flatten()
     leave_out = {} if exact is None else {"exact": exact, "drop_document": drop_document}
-    found = (
-        (buckets, evals)
-        | f"{name}AllBuckets" >> beam.Flatten()
+    return (
+        buckets
         | f"{name}Buckets" >> beam.GroupByKey()
         | f"{name}Pairs" >> beam.FlatMap(_pairs_in_bucket, radius=radius, near=near, **leave_out)
+        | f"{name}Components" >> beam.CombineGlobally(NearFound())
+        | f"{name}Decided" >> beam.Map(_near_decided)
     )
-    hits = (
-        found
-        | f"{name}Hits" >> beam.FlatMap(lambda f: [f[1]] if f[0] == "eval" else [])
-        | f"{name}OneHit" >> beam.Distinct()
-        | f"{name}HitEntries"
-        >> beam.Map(lambda node: (node[0], (node[1], rules.EVAL_CONTAMINATION)))
+
+
+def _near_decided(found: tuple[list, list]) -> dict:
+    """What :class:`NearFound` joined → the near rule's decisions: the entries
+    by record (``near_duplicate_image``: every member of a cluster but its
+    label; ``eval_contamination``: every hit), images removed by reason, the
+    :data:`CLUSTERS` largest clusters (size, label, members), how many there
+    are, and the members whose thumbnails the report shows. All of it comes
+    from the near pairs and hits, which the combine already holds in one place.
+
+    >>> a, b, c, d = ("a", 0), ("b", 1), ("c", 0), ("d", 0)
+    >>> decided = _near_decided(([(a, a), (b, a), (c, c), (d, c)], [("e", 2)]))
+    >>> decided["entries"]
+    {'b': [(1, 'near_duplicate_image')], 'd': [(0, 'near_duplicate_image')], \
+'e': [(2, 'eval_contamination')]}
+    >>> decided["removed"], decided["clusters"], decided["largest"][0]
+    ({'eval_contamination': 1, 'near_duplicate_image': 2}, 2, (2, ('a', 0), [('a', 0), ('b', 1)]))
+    """
+    labels, hits = found
+    entries: dict = {}
+    for record, position, why in rules.near_removals(labels):
+        entries.setdefault(record, []).append((position, why))
+    for record, position in hits:
+        entries.setdefault(record, []).append((position, rules.EVAL_CONTAMINATION))
+    members: dict = {}
+    for node, label in labels:
+        members.setdefault(label, []).append(node)
+    clusters = sorted(
+        ((len(nodes), label, sorted(nodes)) for label, nodes in members.items()),
+        key=lambda c: (-c[0], c[1]),
     )
-    edges = found | f"{name}Edges" >> beam.FlatMap(lambda f: [f[1]] if f[0] == "edge" else [])
-    labels = _components(edges, name)
-    near_entries = labels | f"{name}NearEntries" >> beam.FlatMap(
-        lambda kv: [(r, (p, why)) for r, p, why in rules.near_removals([kv])]
-    )
-    entries = (hits, near_entries) | f"{name}Entries" >> beam.Flatten()
-    return _Near(entries, *cluster_summary(labels, name))
+    largest = clusters[:CLUSTERS]
+    return {
+        "entries": entries,
+        "removed": _removed(entries.values()),
+        "largest": largest,
+        "clusters": len(clusters),
+        "wanted": {m for _, _, nodes in largest for m in nodes[:CLUSTER_MEMBERS]},
+    }
 
 
 def cluster_summary(labels: beam.PCollection, name: str) -> tuple:
@@ -484,23 +526,14 @@ def cluster_summary(labels: beam.PCollection, name: str) -> tuple:
     return largest, sizes, wanted
 
 
-def _near_report_of(
-    near: _Near, pipeline, name: str, radius: int, sources, thumbs, exact=None
-) -> beam.PCollection:
-    return (
-        pipeline
-        | f"{name}Finish" >> beam.Create([None])
-        | f"{name}Report"
-        >> beam.Map(
-            _near_report,
-            radius=radius,
-            sources=sources,
-            removed=beam.pvalue.AsList(_removed_counts(near.entries, name)),
-            largest=beam.pvalue.AsSingleton(near.largest),
-            clusters=beam.pvalue.AsSingleton(near.sizes),
-            thumbs=beam.pvalue.AsList(thumbs),
-            **({} if exact is None else {"exact": exact}),
-        )
+def _near_report_of(near, name: str, radius: int, sources, thumbs, exact=None) -> beam.PCollection:
+    """The report, made from the one element of ``near`` (:func:`_near_decided`)."""
+    return near | f"{name}Report" >> beam.Map(
+        _near_report,
+        radius=radius,
+        sources=sources,
+        thumbs=beam.pvalue.AsList(thumbs),
+        **({} if exact is None else {"exact": exact}),
     )
 
 
@@ -547,9 +580,8 @@ class PostFetchImages(beam.PTransform):
             Look(looks, self._output)
         ).with_outputs(FOUND, BUCKETS, main="batches")
         exact = _exact_decisions(looked[FOUND], exact_name, "bytes", self._dedup, self._max_repeats)
-        removed = beam.pvalue.AsSingleton(
-            exact.entries | f"{exact_name}ByRecord" >> beam.CombineGlobally(ByRecord())
-        )
+        records = records_of(exact.entries, exact_name)
+        removed = beam.pvalue.AsSingleton(records)
         near = _near_decisions(
             looked[BUCKETS],
             pipeline,
@@ -560,31 +592,22 @@ class PostFetchImages(beam.PTransform):
             exact=removed,
             drop_document=self._drop_document,
         )
-        entries = (exact.entries, near.entries) | f"{near_name}Both" >> beam.Flatten()
-        wanted = (
-            (exact.wanted, near.wanted)
-            | f"{near_name}BothWanted" >> beam.Flatten()
-            | f"{near_name}AllWanted" >> beam.CombineGlobally(_union_of)
-        )
         applied = looked.batches | f"{exact_name}Apply" >> beam.ParDo(
             ApplyRemovals(exact_name, self._drop_document, near_stage=near_name),
-            by_record(entries, f"{near_name}Both"),
-            beam.pvalue.AsSingleton(wanted),
+            removed,
+            beam.pvalue.AsSingleton(exact.wanted),
+            beam.pvalue.AsSingleton(near),
         ).with_outputs(DROPPED, DROPPED_NEAR, THUMBS, main="docs")
         thumbs = applied[THUMBS]
         return {
             "docs": applied.docs,
             "dropped": applied[DROPPED],
-            "report": _exact_report_of(exact, pipeline, exact_name, "bytes", thumbs),
+            "report": _exact_report_of(exact, records, exact_name, "bytes", thumbs),
             "dropped_near": applied[DROPPED_NEAR],
             "report_near": _near_report_of(
-                near, pipeline, near_name, self._radius, self._sources, thumbs, exact=removed
+                near, near_name, self._radius, self._sources, thumbs, exact=removed
             ),
         }
-
-
-def _union_of(sets: Iterable[set]) -> set:
-    return set().union(*sets)
 
 
 def _reverse_node(node: tuple[str, int]) -> tuple:
@@ -615,6 +638,38 @@ class Components(beam.CombineFn):
         return sorted((node, _root(parent, node)) for node in parent)
 
 
+class NearFound(beam.CombineFn):
+    """What :func:`_pairs_in_bucket` finds, joined: its near pairs into
+    clusters (:class:`Components`' union-find) and its hits on evaluation
+    images as a set (an image in several buckets of one evaluation image is
+    hit once). Returns ``(labels, hits)``, both sorted; it holds the near
+    pairs and hits only, a small share of the images."""
+
+    def create_accumulator(self) -> tuple[dict, set]:
+        return {}, set()
+
+    def add_input(self, accumulator, found) -> tuple[dict, set]:
+        parent, hits = accumulator
+        if found[0] == "edge":
+            _union(parent, *found[1])
+        else:
+            hits.add(found[1])
+        return accumulator
+
+    def merge_accumulators(self, accumulators) -> tuple[dict, set]:
+        merged: dict = {}
+        hits: set = set()
+        for parent, more in accumulators:
+            for node, up in parent.items():
+                _union(merged, node, up)
+            hits |= more
+        return merged, hits
+
+    def extract_output(self, accumulator) -> tuple[list, list]:
+        parent, hits = accumulator
+        return sorted((node, _root(parent, node)) for node in parent), sorted(hits)
+
+
 def _root(parent: dict, node):
     parent.setdefault(node, node)
     while parent[node] != node:
@@ -629,18 +684,11 @@ def _union(parent: dict, a, b) -> None:
         parent[max(ra, rb)] = min(ra, rb)
 
 
-def _components(edges: beam.PCollection, name: str) -> beam.PCollection:
-    """Each node of ``edges`` with its cluster's smallest node."""
-    return (
-        edges
-        | f"{name}Components" >> beam.CombineGlobally(Components())
-        | f"{name}Labels" >> beam.FlatMap(lambda labels: labels)
-    )
-
-
-def _near_report(_, radius, sources, removed, largest, clusters, thumbs, exact=None) -> dict:
-    """``exact``: the exact rules' entries by record, when they were applied in
-    the same pass: positions are then given as they are after those removals."""
+def _near_report(near: dict, radius, sources, thumbs, exact=None) -> dict:
+    """``near``: the rule's decisions (:func:`_near_decided`). ``exact``: the
+    exact rules' entries by record, when they were applied in the same pass:
+    positions are then given as they are after those removals."""
+    largest = near["largest"]
     thumbnails = dict(thumbs)
 
     def where(node) -> tuple[str, int]:
@@ -669,8 +717,8 @@ def _near_report(_, radius, sources, removed, largest, clusters, thumbs, exact=N
         )
     report = {
         "radius": radius,
-        "removed": dict(sorted(removed)),
-        "clusters": clusters,
+        "removed": near["removed"],
+        "clusters": near["clusters"],
         "largest_clusters": shown,
     }
     if sources:

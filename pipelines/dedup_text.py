@@ -39,7 +39,7 @@ from corpora.dedup.index import (
     seen_report,
     write_index_table,
 )
-from corpora.dedup.minhash import MinHashSettings, signature, signature_band_keys
+from corpora.dedup.minhash import MinHashSettings, batch_band_keys
 from corpora.dedup.sources import decontamination_report, eval_contamination, text_paths
 from corpora.dedup.text import (
     DEDUP_TEXT,
@@ -85,17 +85,18 @@ class TextKeys(beam.DoFn):
         self._mode, self._minhash = mode, minhash
 
     def process(self, batch: list[Document]) -> Iterator:
-        exact, bands = [], []
+        exact, texts, ids = [], [], []
         for document in batch:
             text = record_text(document)
             if not text.strip():
                 continue
             exact.append((text_hash(text), document.id))
-            if self._mode == NEAR:
-                values = signature(text, self._minhash)
-                if values is not None:
-                    for key in signature_band_keys(values, self._minhash):
-                        bands.append((key, document.id))
+            texts.append(text)
+            ids.append(document.id)
+        bands = []
+        if self._mode == NEAR:  # the batch's signatures together (captions are short)
+            for record, keys in zip(ids, batch_band_keys(texts, self._minhash)):
+                bands.extend((key, record) for key in keys)
         for part in partitioned(exact):
             yield beam.pvalue.TaggedOutput(_EXACT_KEYS, part)
         for part in partitioned(bands):

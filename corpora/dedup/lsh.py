@@ -24,6 +24,7 @@ with the smallest key (record id, image position) is kept
 
 from __future__ import annotations
 
+import functools
 from typing import Hashable, Iterable, Sequence
 
 from corpora.dedup.phash import PHASH_BITS
@@ -31,6 +32,7 @@ from corpora.dedup.phash import PHASH_BITS
 ROWS = 256  # near_pairs: members compared at once, a ROWS x n table of distances
 
 
+@functools.lru_cache(maxsize=64)
 def bands(radius: int, bits: int = PHASH_BITS) -> tuple[tuple[int, int], ...]:
     """``radius + 1`` bands (shift, width) that cover ``bits``, as even as they go.
 
@@ -51,17 +53,20 @@ def band_keys(value: int, radius: int) -> list[tuple[int, int]]:
     >>> band_keys(0xFFFF_0000_0000_0001, 3)
     [(0, 1), (1, 0), (2, 0), (3, 65535)]
     """
-    return [
-        (index, (value >> shift) & ((1 << width) - 1))
-        for index, (shift, width) in enumerate(bands(radius))
-    ]
+    return [(index, (value >> shift) & mask) for index, shift, mask in _masks(radius)]
+
+
+@functools.lru_cache(maxsize=64)
+def _masks(radius: int) -> tuple[tuple[int, int, int], ...]:
+    """(index, shift, mask) of each band: worked out once per radius, not per
+    hash (a fetch files every image under each of its bands)."""
+    return tuple((i, shift, (1 << width) - 1) for i, (shift, width) in enumerate(bands(radius)))
 
 
 def first_shared_band(a: int, b: int, radius: int) -> int | None:
     """The first band in which ``a`` and ``b`` are equal, or None."""
-    for index, (shift, width) in enumerate(bands(radius)):
-        mask = ((1 << width) - 1) << shift
-        if a & mask == b & mask:
+    for index, shift, mask in _masks(radius):
+        if (a >> shift) & mask == (b >> shift) & mask:
             return index
     return None
 

@@ -119,6 +119,76 @@ def band_keys(text: str, settings: MinHashSettings) -> list[bytes]:
     return [] if values is None else signature_band_keys(values, settings)
 
 
+def batch_band_keys(texts: list[str], settings: MinHashSettings) -> list[list[bytes]]:
+    """:func:`band_keys` of each text, the same keys, for a batch at a time:
+    a batch's words hashed in one call, and the n-grams, permutations and
+    minima of texts that together hold up to :data:`_CHUNK` n-grams in a few
+    array operations (a caption's signature by itself is a dozen numpy calls
+    on arrays of five; a longer text goes alone, as :func:`band_keys`).
+
+    >>> near = MinHashSettings()
+    >>> texts = ["a cat sat on the mat today", "", "two words", "a cat sat on the mat"]
+    >>> batch_band_keys(texts, near) == [band_keys(text, near) for text in texts]
+    True
+    """
+    tokens = [words(text) for text in texts]
+    found: list[list[bytes]] = [[] for _ in texts]
+    group: list[int] = []  # texts of at least ngram words whose n-grams go together
+    grams = 0
+    for index, text_words in enumerate(tokens):
+        count = len(text_words) - settings.ngram + 1
+        if not text_words:
+            continue
+        if count < 1 or count > _CHUNK:  # one n-gram of all its words, or a long text
+            values = signature(texts[index], settings)
+            found[index] = [] if values is None else signature_band_keys(values, settings)
+            continue
+        if grams + count > _CHUNK:
+            _group_keys(group, tokens, settings, found)
+            group, grams = [], 0
+        group.append(index)
+        grams += count
+    _group_keys(group, tokens, settings, found)
+    return found
+
+
+def _group_keys(
+    group: list[int], tokens: list[list[str]], settings: MinHashSettings, found: list
+) -> None:
+    """The band keys of the texts ``group`` (indices into ``tokens``, each of
+    at least ``settings.ngram`` words) into ``found``: their n-gram hashes as
+    :func:`~corpora.dedup.text.ngram_hashes` makes them, over the words of all
+    of them at once (those that straddle two texts left out), and each text's
+    minima by one ``reduceat``."""
+    if not group:
+        return
+    n = settings.ngram
+    combined = ngram_hashes([word for index in group for word in tokens[index]], n)
+    lengths = np.array([len(tokens[index]) for index in group])
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    # the n-grams that lie inside one text: those starting up to n - 1 before its end
+    inside = np.concatenate([np.arange(a, b - n + 1) for a, b in zip(starts, ends)])
+    grams = combined[inside]
+    firsts = np.concatenate([[0], np.cumsum(lengths - n + 1)[:-1]])
+    a, b = _parameters(settings)
+    with np.errstate(over="ignore"):
+        hashed = grams[:, None] * a
+        hashed += b
+    smallest = np.minimum.reduceat(hashed, firsts, axis=0)
+    values = (smallest >> np.uint64(32)).astype(np.uint32)
+    # signature_band_keys of each row, its bands' bytes cut from one buffer
+    data, width = memoryview(values.tobytes()), settings.rows * values.itemsize
+    prefixes = [bytes([band]) for band in range(settings.bands)]
+    blake2b, start = hashlib.blake2b, 0
+    for index in group:
+        keys = []
+        for prefix in prefixes:
+            keys.append(prefix + blake2b(data[start : start + width], digest_size=8).digest())
+            start += width
+        found[index] = keys
+
+
 def estimated_jaccard(one: np.ndarray, two: np.ndarray) -> float:
     """The share of equal hashes: an estimate of the two texts' n-gram Jaccard similarity."""
     return float(np.mean(one == two))

@@ -38,3 +38,21 @@ def test_estimated_jaccard_is_near_the_true_one():
         signature(" ".join(base), settings), signature(" ".join(edited), settings)
     )
     assert abs(estimate - true) < 0.1
+
+
+def test_batch_band_keys_are_band_keys_text_by_text():
+    """Captions, texts shorter than the n-gram, empty ones, unicode, and texts
+    whose n-grams fill a chunk or more (batched together, cut, or alone)."""
+    from corpora.dedup.minhash import batch_band_keys
+
+    rng = np.random.default_rng(7)
+    vocabulary = [f"w{i}" for i in range(300)] + ["Ünïcode", "ﬁne", "día"]
+    texts = [f"a photograph, number {i}, taken on a bright day" for i in range(40)]
+    texts += ["", "   ", "two words", "one", "ﬁne Ünïcode día café résumé"]
+    for size in (4, 5, 6, 50, 4086, 4100, 4116):  # about a chunk of 4,096 n-grams
+        texts.append(" ".join(rng.choice(vocabulary, size)))
+    order = rng.permutation(len(texts))
+    for shuffled in (texts, [texts[i] for i in order]):
+        for settings in (MinHashSettings(), MinHashSettings(ngram=3, bands=4, rows=2, seed=3)):
+            expected = [band_keys(text, settings) for text in shuffled]
+            assert batch_band_keys(shuffled, settings) == expected
