@@ -74,6 +74,7 @@ def _refused(*args: str) -> str:
     return done.stderr
 
 
+@pytest.mark.slow  # six CLI processes: 11 s, the quick tier's longest
 def test_store_flags_are_refused_in_one_line(tmp_path):
     given = str(tmp_path / "docs.jsonl")
     with open(given, "w") as handle:
