@@ -49,7 +49,7 @@ from corpora.dedup.text import (
     NEAR,
     NEAR_DUPLICATE_TEXT,
     record_text,
-    text_hash,
+    text_hashes,
 )
 from corpora.record import Document, Drop
 from corpora.stages import Stage
@@ -85,14 +85,14 @@ class TextKeys(beam.DoFn):
         self._mode, self._minhash = mode, minhash
 
     def process(self, batch: list[Document]) -> Iterator:
-        exact, texts, ids = [], [], []
+        texts, ids = [], []
         for document in batch:
             text = record_text(document)
             if not text.strip():
                 continue
-            exact.append((text_hash(text), document.id))
             texts.append(text)
             ids.append(document.id)
+        exact = list(zip(text_hashes(texts), ids))  # the batch's texts hashed together
         bands = []
         if self._mode == NEAR:  # the batch's signatures together (captions are short)
             for record, keys in zip(ids, batch_band_keys(texts, self._minhash)):

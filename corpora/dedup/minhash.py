@@ -140,8 +140,7 @@ def batch_band_keys(texts: list[str], settings: MinHashSettings) -> list[list[by
         if not text_words:
             continue
         if count < 1 or count > _CHUNK:  # one n-gram of all its words, or a long text
-            values = signature(texts[index], settings)
-            found[index] = [] if values is None else signature_band_keys(values, settings)
+            found[index] = band_keys(texts[index], settings)
             continue
         if grams + count > _CHUNK:
             _group_keys(group, tokens, settings, found)
