@@ -141,6 +141,18 @@ def sequence_values(
     )
 
 
+def _token_classes(tokens: np.ndarray, ids: TokenIds) -> tuple[np.ndarray, np.ndarray]:
+    """Which ``tokens`` are image slots and which are special (BOS or EOS,
+    never an image slot), as two boolean arrays."""
+    image = tokens == ids.image_token_id
+    special = np.zeros(tokens.shape, dtype=bool)
+    for token in (ids.bos_id, ids.eos_id):
+        if token >= 0:
+            special |= tokens == token
+    special &= ~image
+    return image, special
+
+
 def packed_values(
     tokens: np.ndarray,
     lengths: np.ndarray,
@@ -164,12 +176,7 @@ def packed_values(
     """
     tokens = np.asarray(tokens)
     starts = np.concatenate(([0], np.cumsum(lengths, dtype=np.int64)))[:-1]
-    image = tokens == ids.image_token_id
-    special = np.zeros(tokens.shape, dtype=bool)
-    for token in (ids.bos_id, ids.eos_id):
-        if token >= 0:
-            special |= tokens == token
-    special &= ~image
+    image, special = _token_classes(tokens, ids)
     if len(lengths):
         image_tokens = np.add.reduceat(image, starts, dtype=np.int64).tolist()
         special_tokens = np.add.reduceat(special, starts, dtype=np.int64).tolist()
@@ -257,12 +264,7 @@ def _segment_counts(
         return {}
     starts = np.flatnonzero(np.concatenate(([True], segment_ids[1:] != segment_ids[:-1])))
     lengths = np.diff(np.append(starts, segment_ids.shape[0]))
-    image = input_ids == ids.image_token_id
-    special = np.zeros(input_ids.shape, dtype=bool)
-    for token in (ids.bos_id, ids.eos_id):
-        if token >= 0:
-            special |= input_ids == token
-    special &= ~image
+    image, special = _token_classes(input_ids, ids)
     counts: dict[Any, tuple[int, int, int]] = {}
     for segment, tokens, image_tokens, special_tokens in zip(
         segment_ids[starts].tolist(),
@@ -390,18 +392,14 @@ class StatsAccumulator:
         >>> vars(group) == vars(one)
         True
         """
-        tokens = np.asarray(tokens)
-        if not len(lengths) or (tokens == ids.image_token_id).any():  # slots: laid out
+        image, special = _token_classes(np.asarray(tokens), ids)
+        if not len(lengths) or image.any():  # slots: laid out
             for values in packed_values(tokens, lengths, counts, entries, seq_len, ids):
                 self.add(values)
             return self
         lengths = np.asarray(lengths, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
         starts = np.concatenate(([0], np.cumsum(lengths)))[:-1]
-        special = np.zeros(tokens.shape, dtype=bool)
-        for token in (ids.bos_id, ids.eos_id):
-            if token >= 0:
-                special |= tokens == token
         specials = np.add.reduceat(special, starts, dtype=np.int64)
         texts = lengths - specials
         first_pieces = np.concatenate(([0], np.cumsum(counts)))[:-1]
