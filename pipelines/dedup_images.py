@@ -645,29 +645,29 @@ class NearFound(beam.CombineFn):
     hit once). Returns ``(labels, hits)``, both sorted; it holds the near
     pairs and hits only, a small share of the images."""
 
+    _clusters = Components()
+
     def create_accumulator(self) -> tuple[dict, set]:
-        return {}, set()
+        return self._clusters.create_accumulator(), set()
 
     def add_input(self, accumulator, found) -> tuple[dict, set]:
         parent, hits = accumulator
         if found[0] == "edge":
-            _union(parent, *found[1])
+            self._clusters.add_input(parent, found[1])
         else:
             hits.add(found[1])
         return accumulator
 
     def merge_accumulators(self, accumulators) -> tuple[dict, set]:
-        merged: dict = {}
-        hits: set = set()
+        parents, hits = [], set()
         for parent, more in accumulators:
-            for node, up in parent.items():
-                _union(merged, node, up)
+            parents.append(parent)
             hits |= more
-        return merged, hits
+        return self._clusters.merge_accumulators(parents), hits
 
     def extract_output(self, accumulator) -> tuple[list, list]:
         parent, hits = accumulator
-        return sorted((node, _root(parent, node)) for node in parent), sorted(hits)
+        return self._clusters.extract_output(parent), sorted(hits)
 
 
 def _root(parent: dict, node):
