@@ -22,7 +22,6 @@ runner, the worker count or the order the records arrive in.
 
 from __future__ import annotations
 
-import collections
 import zlib
 from typing import Iterable, Iterator
 
@@ -34,10 +33,9 @@ from corpora.dedup.index import (
     exclude_seen_stage,
     index_rows,
     index_table,
-    merged_table,
     seen_builds,
     seen_report,
-    write_index_table,
+    write_merged_index,
 )
 from corpora.dedup.minhash import MinHashSettings, batch_band_keys
 from corpora.dedup.sources import decontamination_report, eval_contamination, text_paths
@@ -328,8 +326,9 @@ def index_step(stage: Stage, batches, build: Steps):
     name = label(stage)
     # one Arrow table of distinct rows per batch, written to the stash: a build's
     # index is a reference per batch for the runner to hold, and the writer merges
-    # the tables in Arrow's memory (a 2,000,000-document build's rows as Python
-    # tuples: 400 MB in the writer, and 85 MB pickled in a local build's launcher)
+    # the tables a range of rows at a time (write_merged_index), so its memory
+    # stays flat (a 2,000,000-document build's rows as Python tuples: 400 MB in
+    # the writer, and 85 MB pickled in a local build's launcher)
     rows = batches | f"{name}Rows" >> beam.ParDo(_IndexPart(build.settings.output))
     path = FileSystems.join(build.settings.output, INDEX)
     written = (
@@ -358,10 +357,8 @@ class _IndexPart(beam.DoFn):
 def _write_index(path: str, rows) -> dict:
     reader = StashReader()
     try:
-        table = merged_table(reader.get(part) for part in rows)
+        with storage.create_atomically(path) as stream:
+            counts = write_merged_index(stream, (reader.get(part) for part in rows))
     finally:
         reader.close()
-    with storage.create_atomically(path) as stream:
-        write_index_table(stream, table)
-    counts = collections.Counter(table.column("kind").to_pylist())
-    return {"path": INDEX, "rows": dict(sorted(counts.items()))}
+    return {"path": INDEX, "rows": counts}

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import collections
 import io
 
+import pyarrow.parquet as pq
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -17,6 +19,7 @@ from corpora.dedup.index import (
     read_index,
     write_index,
     write_index_table,
+    write_merged_index,
 )
 from corpora.record import Document, Drop, ImageChunk, TextChunk
 
@@ -43,6 +46,34 @@ def test_batches_merged_write_the_bytes_of_all_their_rows(batches):
     write_index_table(merged, merged_table(index_table(batch) for batch in batches))
     write_index(whole, [row for batch in batches for row in batch])
     assert merged.getvalue() == whole.getvalue()
+
+
+@given(
+    st.lists(st.lists(st.tuples(st.sampled_from(KINDS), st.text(max_size=6)), max_size=12)),
+    st.integers(1, 9),
+    st.integers(1, 7),
+)
+def test_merging_by_ranges_writes_the_bytes_of_the_whole_merge(batches, merge_rows, group_rows):
+    # a large build's index is merged a range of rows at a time, and written a
+    # row group at a time: the file is the one of all its rows merged at once
+    tables = [index_table(batch) for batch in batches]
+    by_ranges, whole = io.BytesIO(), io.BytesIO()
+    counts = write_merged_index(by_ranges, tables, merge_rows, group_rows)
+    table = merged_table(tables)
+    pq.write_table(table, whole, compression="zstd", row_group_size=group_rows)
+    assert by_ranges.getvalue() == whole.getvalue()
+    assert counts == dict(sorted(collections.Counter(table.column("kind").to_pylist()).items()))
+
+
+def test_a_large_index_is_the_bytes_of_the_default_writer():
+    # above MERGE_ROWS the rows are spilled and cut into ranges; parquet's
+    # default row group is kept, so an index's bytes do not depend on its size
+    rows = [("text", f"{(i * 7919) % 10007:05d}") for i in range(10_007)]
+    tables = [index_table(rows[i::5]) for i in range(5)] + [index_table(rows[:300])]
+    by_ranges, whole = io.BytesIO(), io.BytesIO()
+    assert write_merged_index(by_ranges, tables, merge_rows=1_000) == {"text": 10_007}
+    write_index_table(whole, merged_table(tables))
+    assert by_ranges.getvalue() == whole.getvalue()
 
 
 def test_exclude_seen_drops_pairs_and_removes_images_from_documents():
