@@ -159,6 +159,7 @@ def _gate(server: ImageServer, docs: list[dict]) -> tuple[threading.Event, threa
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_two_builds_into_one_output_one_exits_2_naming_the_holder_the_other_completes(
     tmp_path, tokenizer_path
 ):
@@ -230,6 +231,7 @@ def _truncated_gz(directory: str) -> str:
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_a_failed_overwrite_leaves_nothing_of_the_previous_build_nor_temporaries(tmp_path):
     output, temporary = tmp_path / "out", tmp_path / "tmp"
     temporary.mkdir()
@@ -252,6 +254,7 @@ def test_a_failed_overwrite_leaves_nothing_of_the_previous_build_nor_temporaries
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_files_a_build_writes_are_replaced_only_with_overwrite(tmp_path):
     output = tmp_path / "out"
     output.mkdir()

@@ -132,6 +132,7 @@ def test_a_small_local_build_runs_one_worker_unless_the_user_chose_more():
     assert fit_to_input(portable, 10).workers == 8
 
 
+@pytest.mark.slow
 def test_the_bundled_sample_builds_in_one_process_and_workers_given_stay(tmp_path):
     quick = ("--smoke", "--progress-every", "0", "--", "--dry_run=True")
     result = run_cli("build", "mmc4-pairs", "--output", str(tmp_path / "a"), *quick)
