@@ -167,12 +167,12 @@ def write_merged_index(
     counts: collections.Counter = collections.Counter()
     pool = pa.default_memory_pool()
     with tempfile.TemporaryDirectory(prefix="corpora-index-") as scratch:
-        rows, sample = _spill(tables, os.path.join(scratch, "rows.arrow"))
-        ranges = -(-rows // merge_rows)
-        cuts = _cuts(sorted(set(sample)), ranges)
+        spill = os.path.join(scratch, "rows.arrow")
+        rows, sample = _spill(tables, spill)
+        cuts = _cuts(sample, ranges=-(-rows // merge_rows))
         pending: list[pa.Table] = []
         with pq.ParquetWriter(stream, _SCHEMA, compression="zstd") as writer:
-            for part in _ranges(os.path.join(scratch, "rows.arrow"), cuts, scratch):
+            for part in _ranges(spill, cuts, scratch):
                 pool.release_unused()  # the last range's buffers: mimalloc keeps them otherwise
                 merged = merged_table(part)
                 for entry in pc.value_counts(merged.column("kind")).to_pylist():
@@ -208,9 +208,9 @@ def _spill(tables: Iterable[pa.Table], path: str) -> tuple[int, list[tuple[str, 
 
 
 def _cuts(sample: list[tuple[str, str]], ranges: int) -> list[tuple[str, str]]:
-    """The rows cutting a sorted ``sample`` into ``ranges`` even ranges."""
-    cuts = [sample[len(sample) * i // ranges] for i in range(1, ranges)]
-    return sorted(set(cuts))
+    """The distinct rows, in order, that cut ``sample`` into ``ranges`` even ranges."""
+    ordered = sorted(set(sample))
+    return sorted({ordered[len(ordered) * i // ranges] for i in range(1, ranges)})
 
 
 def _ranges(path: str, cuts: list[tuple[str, str]], scratch: str) -> Iterator[list[pa.Table]]:

@@ -66,8 +66,8 @@ def test_merging_by_ranges_writes_the_bytes_of_the_whole_merge(batches, merge_ro
 
 
 def test_a_large_index_is_the_bytes_of_the_default_writer():
-    # above MERGE_ROWS the rows are spilled and cut into ranges; parquet's
-    # default row group is kept, so an index's bytes do not depend on its size
+    # above merge_rows the rows are cut into ranges; the file is still the one
+    # write_index_table writes, so an index's bytes do not depend on how it was merged
     rows = [("text", f"{(i * 7919) % 10007:05d}") for i in range(10_007)]
     tables = [index_table(rows[i::5]) for i in range(5)] + [index_table(rows[:300])]
     by_ranges, whole = io.BytesIO(), io.BytesIO()
