@@ -40,7 +40,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from corpora.dedup import images as rules
-from corpora.dedup.lsh import band_keys, near_pairs
+from corpora.dedup.lsh import band_keys, find, merge, near_pairs, union
 from corpora.dedup.phash import phash_hex
 from corpora.record import Document, Drop
 from corpora.store.stash import RECORDS
@@ -615,27 +615,24 @@ def _reverse_node(node: tuple[str, int]) -> tuple:
 
 
 class Components(beam.CombineFn):
-    """Near pairs into clusters: a union-find whose roots are each cluster's
-    smallest node, so the result does not depend on the order pairs arrive or
-    how the runner splits them. It holds the near pairs only (a small share
-    of the images), never the hashes."""
+    """Near pairs into clusters, every node with its cluster's label: a
+    union-find (:func:`corpora.dedup.lsh.union`) whose roots are each
+    cluster's smallest node, so the result does not depend on the order pairs
+    arrive or how the runner splits them. It holds the near pairs only (a
+    small share of the images), never the hashes."""
 
     def create_accumulator(self) -> dict:
         return {}
 
     def add_input(self, parent: dict, edge) -> dict:
-        _union(parent, edge[0], edge[1])
+        union(parent, edge[0], edge[1])
         return parent
 
     def merge_accumulators(self, accumulators) -> dict:
-        merged: dict = {}
-        for parent in accumulators:
-            for node, up in parent.items():
-                _union(merged, node, up)
-        return merged
+        return merge(accumulators)
 
     def extract_output(self, parent: dict) -> list:
-        return sorted((node, _root(parent, node)) for node in parent)
+        return sorted((node, find(parent, node)) for node in parent)
 
 
 class NearFound(beam.CombineFn):
@@ -668,20 +665,6 @@ class NearFound(beam.CombineFn):
     def extract_output(self, accumulator) -> tuple[list, list]:
         parent, hits = accumulator
         return self._clusters.extract_output(parent), sorted(hits)
-
-
-def _root(parent: dict, node):
-    parent.setdefault(node, node)
-    while parent[node] != node:
-        parent[node] = parent[parent[node]]
-        node = parent[node]
-    return node
-
-
-def _union(parent: dict, a, b) -> None:
-    ra, rb = _root(parent, a), _root(parent, b)
-    if ra != rb:
-        parent[max(ra, rb)] = min(ra, rb)
 
 
 def _near_report(near: dict, radius, sources, thumbs, exact=None) -> dict:

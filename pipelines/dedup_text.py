@@ -37,6 +37,7 @@ from corpora.dedup.index import (
     seen_report,
     write_merged_index,
 )
+from corpora.dedup.lsh import find, merge, union
 from corpora.dedup.minhash import MinHashSettings, batch_band_keys
 from corpora.dedup.sources import decontamination_report, eval_contamination, text_paths
 from corpora.dedup.text import (
@@ -152,8 +153,8 @@ def partition_edges(part: tuple[int, Iterable[list]]) -> Iterator[tuple[str, str
 class Components(beam.CombineFn):
     """Edges → {member: the smallest id of its component}, for every member but the smallest.
 
-    A union-find whose root is always the smallest id, so merging accumulators
-    in any order gives the same answer:
+    A union-find (:func:`corpora.dedup.lsh.union`) whose root is always the
+    smallest id, so merging accumulators in any order gives the same answer:
 
     >>> fn = Components()
     >>> one = fn.add_input(fn.add_input(fn.create_accumulator(), ("b", "c")), ("d", "e"))
@@ -166,37 +167,15 @@ class Components(beam.CombineFn):
         return {}
 
     def add_input(self, parent: dict[str, str], edge: tuple[str, str]) -> dict[str, str]:
-        _union(parent, *edge)
+        union(parent, *edge)
         return parent
 
     def merge_accumulators(self, accumulators) -> dict[str, str]:
-        accumulators = iter(accumulators)
-        merged = next(accumulators)
-        for other in accumulators:
-            for child, parent in other.items():
-                _union(merged, child, parent)
-        return merged
+        return merge(accumulators)
 
     def extract_output(self, parent: dict[str, str]) -> dict[str, str]:
-        roots = {child: _find(parent, child) for child in parent}
+        roots = {child: find(parent, child) for child in parent}
         return {child: root for child, root in sorted(roots.items()) if child != root}
-
-
-def _find(parent: dict[str, str], node: str) -> str:
-    root = node
-    while parent.get(root, root) != root:
-        root = parent[root]
-    while parent.get(node, node) != root:  # path compression
-        parent[node], node = root, parent[node]
-    return root
-
-
-def _union(parent: dict[str, str], one: str, two: str) -> None:
-    one, two = _find(parent, one), _find(parent, two)
-    if one != two:
-        low, high = min(one, two), max(one, two)
-        parent[high] = low
-        parent.setdefault(low, low)
 
 
 def _duplicates(exact: dict[str, str], near: dict[str, str]) -> dict[str, tuple[str, str]]:

@@ -9,9 +9,11 @@ only (:func:`first_shared_band`), so it is found once whatever the buckets'
 order. Every pair within the radius is found: banding here loses nothing.
 
 The pairs are then joined into clusters by connected components; the member
-with the smallest key (record id, image position) is kept
-(:func:`components`, the pure reference the Beam steps of
-:mod:`pipelines.dedup_images` compute by a union-find combine).
+with the smallest key (record id, image position) is kept: a union-find
+(:func:`union`, :func:`find`, :func:`merge`) that the Beam steps' combines
+run on their pairs (:mod:`pipelines.dedup_images`, and
+:mod:`pipelines.dedup_text` on its text pairs), with :func:`components` the
+pure reference they are checked against.
 
 >>> bands(3)  # (shift, width) of each band of a 64-bit hash, radius 3: 4 bands of 16 bits
 ((0, 16), (16, 16), (32, 16), (48, 16))
@@ -109,23 +111,57 @@ def _popcount(values):
     return np.unpackbits(values.view(np.uint8)).reshape(-1, 64).sum(axis=1)
 
 
+def find(parent: dict, node: Hashable) -> Hashable:
+    """``node``'s root in the union-find ``parent`` (node → a node nearer its
+    root; a node not in it is its own root), compressing the path walked."""
+    root = node
+    while parent.get(root, root) != root:
+        root = parent[root]
+    while parent.get(node, node) != root:
+        parent[node], node = root, parent[node]
+    return root
+
+
+def union(parent: dict, a: Hashable, b: Hashable) -> None:
+    """Join ``a``'s and ``b``'s clusters in ``parent``, under the smaller root.
+
+    The root is always a cluster's smallest member, so the clusters, and the
+    roots that name them, do not depend on the order pairs are joined in or
+    how unions made apart are merged (:func:`merge`): the Beam steps'
+    union-find combines rely on it. Both nodes are in ``parent`` afterwards.
+
+    >>> parent = {}
+    >>> for a, b in [("d", "e"), ("b", "c"), ("e", "a")]:
+    ...     union(parent, a, b)
+    >>> sorted((node, find(parent, node)) for node in parent)
+    [('a', 'a'), ('b', 'b'), ('c', 'b'), ('d', 'a'), ('e', 'a')]
+    """
+    a, b = find(parent, a), find(parent, b)
+    parent.setdefault(a, a)
+    parent.setdefault(b, b)
+    if a != b:
+        parent[max(a, b)] = min(a, b)
+
+
+def merge(parents: Iterable[dict]) -> dict:
+    """Union-finds made apart (:func:`union`) joined into one (the first,
+    which it changes): what a union-find combine's accumulators merge into."""
+    parents = iter(parents)
+    merged = next(parents, {})
+    for other in parents:
+        for node, up in other.items():
+            union(merged, node, up)
+    return merged
+
+
 def components(keys: Iterable[Hashable], pairs: Iterable[tuple]) -> dict:
-    """Each key's cluster, named by its smallest member (union-find: the
-    reference the Beam steps are checked against).
+    """Each key's cluster, named by its smallest member (:func:`union` over
+    the pairs: the reference the Beam steps are checked against).
 
     >>> components("abcde", [("b", "c"), ("c", "e")])
     {'a': 'a', 'b': 'b', 'c': 'b', 'd': 'd', 'e': 'b'}
     """
     parent = {key: key for key in keys}
-
-    def root(key):
-        while parent[key] != key:
-            parent[key] = parent[parent[key]]
-            key = parent[key]
-        return key
-
     for a, b in pairs:
-        ra, rb = root(a), root(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    return {key: root(key) for key in parent}
+        union(parent, a, b)
+    return {key: find(parent, key) for key in parent}

@@ -4,8 +4,19 @@ import itertools
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from corpora.dedup.lsh import band_keys, bands, components, first_shared_band, near_pairs
+from corpora.dedup.lsh import (
+    band_keys,
+    bands,
+    components,
+    find,
+    first_shared_band,
+    merge,
+    near_pairs,
+    union,
+)
 from corpora.dedup.phash import hamming
 
 
@@ -46,3 +57,36 @@ def test_first_shared_band_is_none_for_hashes_that_share_none():
 
 def test_components_name_each_cluster_by_its_smallest_member():
     assert components([3, 1, 2, 5, 4], [(4, 5), (2, 5), (1, 3)]) == {1: 1, 2: 2, 3: 1, 4: 2, 5: 2}
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 30), st.integers(0, 30)), max_size=60),
+    st.lists(st.integers(0, 3), max_size=60),
+    st.randoms(use_true_random=False),
+)
+def test_union_finds_made_apart_and_merged_in_any_order_name_each_cluster_by_its_smallest(
+    pairs, parts, rng
+):
+    """The Beam combines' accumulators: pairs split among workers in any way,
+    each worker's union-find merged in any order, name every connected
+    cluster of the pairs by its smallest member (found here by a search)."""
+    accumulators: list[dict] = [{} for _ in range(4)]
+    for (a, b), part in zip(pairs, parts + [0] * len(pairs)):
+        union(accumulators[part], a, b)
+    rng.shuffle(accumulators)
+    merged = merge(accumulators)
+    linked: dict = {}
+    for a, b in pairs:
+        linked.setdefault(a, set()).add(b)
+        linked.setdefault(b, set()).add(a)
+    expected = {}
+    for start in linked:
+        seen, todo = {start}, [start]
+        while todo:
+            for other in linked[todo.pop()] - seen:
+                seen.add(other)
+                todo.append(other)
+        expected[start] = min(seen)
+    assert set(merged) == set(linked)  # every node of a pair, none other
+    assert {node: find(merged, node) for node in linked} == expected
+    assert components(linked, pairs) == expected
