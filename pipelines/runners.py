@@ -145,7 +145,7 @@ class RunnerSettings:
     @property
     def local(self) -> bool:
         """Whether the workers share this machine's disk (progress can look at it)."""
-        return self.runner == "DirectRunner" or self.environment_type == "LOOPBACK"
+        return self.runner == "DirectRunner" or (self.environment_type or "").upper() == "LOOPBACK"
 
 
 RUNNER_FLAGS = tuple(

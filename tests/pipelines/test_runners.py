@@ -209,6 +209,14 @@ def test_dataflow_flags_stage_the_project_package_and_beam_args_win():
     assert options.view_as(S3Options).s3_region_name == "eu-west-1"
 
 
+def test_a_loopback_run_is_local_whatever_the_case_of_its_environment():
+    def portable(environment: str) -> RunnerSettings:
+        return RunnerSettings("PortableRunner", job_endpoint="x:1", environment_type=environment)
+
+    assert portable("loopback").local and portable("LOOPBACK").local  # they share this disk
+    assert not portable("docker").local
+
+
 def test_the_package_is_staged_only_to_workers_that_lack_it():
     def staged(**settings):
         return pipeline_options(RunnerSettings(**settings)).view_as(SetupOptions).setup_file
