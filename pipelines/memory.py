@@ -11,10 +11,17 @@ docs/scaling.md). Two remedies, each where it costs nothing measurable:
 - the launching process takes a fixed mmap threshold (:func:`steady_memory`):
   its large blocks are mmapped and returned whole when freed; it relays
   data and does little else, so the extra page faults cost nothing;
-- a worker hands its free heap memory back to the system after each fetch
-  batch and each shard (:func:`trim`), instead of changing how it allocates
-  (a fixed threshold or fewer arenas cost a fetch-heavy worker 15–25 % of
-  its speed here).
+- a worker hands its free heap memory back to the system (:func:`trim`)
+  after each fetch batch and each shard, and a worker that fetches images
+  every :data:`PURGE_SECONDS` from a thread of its own
+  (:func:`purge_periodically`), instead of changing how it allocates (a
+  fixed threshold or fewer arenas cost a fetch-heavy worker 15–25 % of its
+  speed here). The thread catches what no step of ours frees: the runner's
+  buffers when a stage ends and the next one's groups come in (after a
+  40,000-image fetch, 90 MiB for a second or two), and what the dedup,
+  index and packing steps after the fetch leave behind. jemalloc and
+  mimalloc hand freed pages back by themselves after a delay; glibc keeps
+  them until told. A text build fetches nothing and starts no thread.
 
 Elsewhere than glibc both do nothing; ``CORPORA_MALLOC=default`` turns both off.
 
@@ -34,8 +41,12 @@ import ctypes.util
 import functools
 import gc
 import os
+import threading
+import time
 
 MMAP_THRESHOLD = 128 << 10
+PURGE_SECONDS = 1.0  # a worker's free heap memory goes back at least this often
+PURGE_THREAD = "corpora-purge"
 GC_THRESHOLDS = (50_000, 20, 100)  # gc.set_threshold's: young, middle, old generations
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter (malloc.h)
 
@@ -85,3 +96,23 @@ def settle_gc() -> None:
         return
     gc.freeze()  # no collection first: a worker's heap is 0.2 s of one, for little garbage
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+@functools.lru_cache(maxsize=1)
+def purge_periodically(interval: float = PURGE_SECONDS) -> threading.Thread | None:
+    """Once per worker process, called where it sets up a fetch: a daemon
+    thread (:data:`PURGE_THREAD`) that calls :func:`trim` every ``interval``
+    seconds for as long as the process lives. None, and no thread, in the
+    launching process (a test's or a notebook's is not ours to change) and
+    where there is nothing to trim (not glibc, ``CORPORA_MALLOC=default``)."""
+    if _libc() is None or os.environ.get(LAUNCHER_PID) == str(os.getpid()):
+        return None
+    thread = threading.Thread(target=_purge, args=(interval,), name=PURGE_THREAD, daemon=True)
+    thread.start()
+    return thread
+
+
+def _purge(interval: float) -> None:
+    while True:  # a daemon: it ends with its process
+        time.sleep(interval)
+        trim()

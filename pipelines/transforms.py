@@ -284,6 +284,7 @@ class FetchImages(beam.DoFn):
 
     def setup(self) -> None:
         memory.settle_gc()
+        memory.purge_periodically()
         self._fetcher = fetch.Fetcher(self._settings)
         if self._progress_folder is None:
             self._progress = FetchProgress(self._settings.progress_interval)
