@@ -40,8 +40,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from corpora.dedup import images as rules
-from corpora.dedup.lsh import band_keys, find, merge, near_pairs, union
-from corpora.dedup.phash import phash_hex
+from corpora.dedup.lsh import band_bits, band_keys, find, merge, near_pairs, union
 from corpora.record import Document, Drop
 from corpora.store.stash import RECORDS
 from pipelines.dedup_text import key_groups, partitioned
@@ -190,8 +189,14 @@ def _thumbnails(batch: list[Document], wanted: dict) -> Iterator[tuple]:
 def _occurrences(batch: list[Document], key_of) -> list:
     """A batch's ``(key, occurrence)`` pairs as ``(partition, [pairs])``: one
     element per partition of the keys the batch fills (:func:`partitioned`),
-    not one per image (Beam's cost is per element)."""
-    return partitioned(pair for doc in batch for pair in rules.occurrences(doc, key_of))
+    not one per image (Beam's cost is per element). An occurrence crosses as
+    a plain tuple (:func:`_group_decided` makes it one again): Beam pickles a
+    dataclass, with its class's name, in twice the bytes."""
+    return partitioned(
+        (key, (found.record_id, found.position, found.documents))
+        for doc in batch
+        for key, found in rules.occurrences(doc, key_of)
+    )
 
 
 BAND_PARTS = 8  # each band's buckets cross in this many partitions
@@ -199,20 +204,49 @@ BAND_PARTS = 8  # each band's buckets cross in this many partitions
 
 def _buckets(batch: list[Document], radius: int) -> list:
     """A batch's hashes filed under their bands: one element per partition of
-    a band's buckets the batch fills (``((band, bits % BAND_PARTS), [(bits,
-    node, hex), …])``), not one per image and band, nor one per bucket: Beam's
-    cost is per element, and a radius of 12 makes 13 bands of 32 buckets.
-    :func:`_pairs_in_bucket` compares each bucket of a partition alone."""
+    a band's buckets the batch fills (``((band, bits % BAND_PARTS), (ids,
+    positions, hashes))``: its images' record ids and positions, and their
+    hashes packed, :func:`_packed`), not one per image and band, nor one per
+    bucket: Beam's cost is per element, and a radius of 12 makes 13 bands of
+    32 buckets. :func:`_pairs_in_bucket` works out each image's bucket again
+    and compares each bucket of a partition alone.
+
+    >>> from corpora.record import ImageChunk
+    >>> doc = Document("r", "coyo", (ImageChunk("u", meta={rules.PHASH: 2**64 - 1}),))
+    >>> (band, part), (ids, positions, hashes) = _buckets([doc], 0)[0]
+    >>> (band, part, ids, positions, _unpacked(hashes) == [2**64 - 1])
+    (0, 7, ['r'], [0], True)
+    """
     parts: dict = {}
     for doc in batch:
         for position, image in enumerate(doc.images):
             value = image.meta.get(rules.PHASH)
             if value is None:
                 continue
-            node, hexed = (doc.id, position), phash_hex(value)
             for band, bits in band_keys(value, radius):
-                parts.setdefault((band, bits % BAND_PARTS), []).append((bits, node, hexed))
-    return sorted(parts.items())
+                ids, at, values = parts.setdefault((band, bits % BAND_PARTS), ([], [], []))
+                ids.append(doc.id)
+                at.append(position)
+                values.append(value)
+    return [(key, (ids, at, _packed(values))) for key, (ids, at, values) in sorted(parts.items())]
+
+
+def _packed(values: list[int]) -> bytes:
+    """64-bit hashes as 8 little-endian bytes each: what crosses the shuffle
+    (Beam's integer coder stops at 2**63; hex took twice the bytes).
+
+    >>> _unpacked(_packed([0, 2**64 - 1, 5]))
+    [0, 18446744073709551615, 5]
+    """
+    import numpy as np
+
+    return np.array(values, dtype="<u8").tobytes()
+
+
+def _unpacked(packed: bytes) -> list[int]:
+    import numpy as np
+
+    return np.frombuffer(packed, dtype="<u8").tolist()
 
 
 class ExactImages(beam.PTransform):
@@ -298,7 +332,7 @@ def _group_decided(item, dedup: bool, max_repeats, counted: bool) -> Iterator:
     ``(record, (position, n))``; and on :data:`REPEATS` ``(documents, key,
     first occurrence)`` (one step, not three over the groups: Beam's cost is
     per step and element)."""
-    key, group = item
+    key, group = item[0], [rules.Occurrence(*found) for found in item[1]]
     for record, position, why in rules.decide_exact(group, dedup, max_repeats):
         yield record, (position, why)
     if counted:  # the copy kept counts the documents of the others
@@ -367,11 +401,11 @@ def _pairs_in_bucket(
     removed images are left out, as if they had gone before this rule."""
     (band, _), parts = item
     buckets: dict = {}  # the partition's buckets, by the band's bits
-    for part in parts:
-        for bits, node, value in part:
+    for ids, positions, packed in parts:
+        for record, position, value in zip(ids, positions, _unpacked(packed)):
+            node = (record, position)
             if not exact or not _removed_before(node, exact, drop_document):
-                # hashes cross as hex: Beam's integer coder stops at 2**63
-                buckets.setdefault(bits, []).append((node, int(value, 16)))
+                buckets.setdefault(band_bits(value, radius, band), []).append((node, value))
     for bits in sorted(buckets):
         # an evaluation image's node is ("", index): no record id is empty
         for a, b in near_pairs(buckets[bits], radius, band):
@@ -451,7 +485,7 @@ def _near_decisions(
     if eval_hashes:
         evals = pipeline | f"{name}EvalHashes" >> beam.Create(
             [
-                ((band, bits % BAND_PARTS), [(bits, ("", index), phash_hex(value))])
+                ((band, bits % BAND_PARTS), ([""], [index], _packed([value])))
                 for index, value in enumerate(eval_hashes)
                 for band, bits in band_keys(value, radius)
             ]
@@ -471,7 +505,8 @@ def _near_decided(found: tuple[list, list]) -> dict:
     """What :class:`NearFound` joined → the near rule's decisions: the entries
     by record (``near_duplicate_image``: every member of a cluster but its
     label; ``eval_contamination``: every hit), images removed by reason, the
-    :data:`CLUSTERS` largest clusters (size, label, members), how many there
+    :data:`CLUSTERS` largest clusters (size, label, the first
+    :data:`CLUSTER_MEMBERS` members), how many there
     are, and the members whose thumbnails the report shows. All of it comes
     from the near pairs and hits, which the combine already holds in one place.
 
@@ -493,16 +528,18 @@ def _near_decided(found: tuple[list, list]) -> dict:
     for node, label in labels:
         members.setdefault(label, []).append(node)
     clusters = sorted(
-        ((len(nodes), label, sorted(nodes)) for label, nodes in members.items()),
-        key=lambda c: (-c[0], c[1]),
+        ((len(nodes), label) for label, nodes in members.items()), key=lambda c: (-c[0], c[1])
     )
-    largest = clusters[:CLUSTERS]
+    # only the members a report shows: every worker holds this as a side input
+    largest = [
+        (n, label, sorted(members[label])[:CLUSTER_MEMBERS]) for n, label in clusters[:CLUSTERS]
+    ]
     return {
         "entries": entries,
         "removed": _removed(entries.values()),
         "largest": largest,
         "clusters": len(clusters),
-        "wanted": {m for _, _, nodes in largest for m in nodes[:CLUSTER_MEMBERS]},
+        "wanted": {m for _, _, nodes in largest for m in nodes},
     }
 
 

@@ -58,6 +58,17 @@ def band_keys(value: int, radius: int) -> list[tuple[int, int]]:
     return [(index, (value >> shift) & mask) for index, shift, mask in _masks(radius)]
 
 
+def band_bits(value: int, radius: int, band: int) -> int:
+    """The bits of ``value`` in ``band``: its bucket in that band (what
+    :func:`band_keys` gives for it).
+
+    >>> band_bits(0xFFFF_0000_0000_0001, 3, 3), band_keys(0xFFFF_0000_0000_0001, 3)[3][1]
+    (65535, 65535)
+    """
+    _, shift, mask = _masks(radius)[band]
+    return (value >> shift) & mask
+
+
 @functools.lru_cache(maxsize=64)
 def _masks(radius: int) -> tuple[tuple[int, int, int], ...]:
     """(index, shift, mask) of each band: worked out once per radius, not per
