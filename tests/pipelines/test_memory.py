@@ -27,16 +27,21 @@ def _settled(role: str, env: dict[str, str]) -> tuple[tuple, int, list[str]]:
     """A fresh Python's GC pace, frozen objects and threads after what a
     worker's fetch sets up (``settle_gc``, ``purge_periodically``), run as a
     build's ``launcher`` or as a ``worker`` another process launched."""
+    threshold, frozen, threads = _fresh_python(_PROBE, role, env={LAUNCHER_PID: "1", **env})
+    return tuple(threshold), frozen, threads
+
+
+def _fresh_python(code: str, *args: str, env: dict[str, str]):
+    """What ``code``, run by a fresh Python of this repository, prints as JSON."""
     out = subprocess.run(
-        [sys.executable, "-c", _PROBE, role],
-        env={**os.environ, "PYTHONPATH": REPO, LAUNCHER_PID: "1", **env},
+        [sys.executable, "-c", code, *args],
+        env={**os.environ, "PYTHONPATH": REPO, **env},
         cwd=REPO,
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    threshold, frozen, threads = json.loads(out)
-    return tuple(threshold), frozen, threads
+    return json.loads(out)
 
 
 def test_a_worker_settles_its_gc_once_set_up():
@@ -77,14 +82,6 @@ _FRAGMENTED = (
 def test_trim_hands_back_the_free_pages_between_what_is_still_held():
     """What the purging thread and the fetch do: a heap freed but for a few
     scattered blocks goes back to the system, though glibc keeps it."""
-    out = subprocess.run(
-        [sys.executable, "-c", _FRAGMENTED],
-        env={**os.environ, "PYTHONPATH": REPO},
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    before, after, _ = json.loads(out)
+    before, after, _ = _fresh_python(_FRAGMENTED, env={})
     assert before > 150  # MiB: glibc kept the freed blocks
     assert after < before - 120  # ... and handed them back when trimmed
