@@ -6,7 +6,7 @@ gRPC messages a DirectRunner launcher relays, and the decoded images (a
 512 px RGB is 768 KiB) and shard buffers of a worker's threads, then leave
 the heap fragmented, and a build's resident memory grows with the number of
 images even though Python holds none of them (``benchmarks/store_memory.py``,
-docs/scaling.md). Two remedies, each where it costs nothing measurable:
+docs/scaling.md). Two remedies, each where it costs little:
 
 - the launching process takes a fixed mmap threshold (:func:`steady_memory`):
   its large blocks are mmapped and returned whole when freed; it relays
